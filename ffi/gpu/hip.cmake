@@ -1,0 +1,1 @@
+# ROCm handler: placeholder until the HIP kernels land (issue: GPU kernels).

@@ -1,0 +1,17 @@
+// The XLA FFI handlers this extension exports, one per platform. module.cc hands them to
+// Python (registrations()), which registers them under one target name for "cpu", "CUDA" and
+// "ROCM". All take the same operands, results and attributes (see cpu/verify_attention_cpu.cc).
+#ifndef MUSE_ATTN_HANDLERS_H_
+#define MUSE_ATTN_HANDLERS_H_
+
+#include "xla/ffi/api/api.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCpu);
+#if defined(MUSE_ATTN_WITH_CUDA)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCuda);
+#endif
+#if defined(MUSE_ATTN_WITH_HIP)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionRocm);
+#endif
+
+#endif  // MUSE_ATTN_HANDLERS_H_

@@ -1,0 +1,67 @@
+// The split geometry of verify attention: which keys a request's query tokens may see, how that
+// key range is cut into 64-key tiles, and how the tiles are dealt out to the segments (CTAs) of
+// a (request, KV head) group. The CPU handler and the GPU kernels both call these functions, so
+// the bounds that decide what memory is read are written once.
+//
+// Keys of request r: [0, seq_len). Its NQ new tokens sit at the end: token t has position
+// qpos = seq_len - NQ + t and sees keys lo(t) <= k <= qpos, where lo(t) = 0 for full attention
+// and max(0, qpos - window + 1) for a sliding window. The union over the tokens is
+// [key_lo, seq_len) with key_lo = lo(0); nothing outside it is ever read.
+#ifndef MUSE_ATTN_GEOMETRY_H_
+#define MUSE_ATTN_GEOMETRY_H_
+
+#include <cstdint>
+
+#include "muse_attn/host_device.h"
+
+namespace muse_attn {
+
+inline constexpr int kPageSize = 16;                        // keys a KV-cache block (page)
+inline constexpr int kTileKeys = 64;                        // keys a tile
+inline constexpr int kPagesPerTile = kTileKeys / kPageSize;  // 4
+
+MUSE_HD int min_i(int a, int b) { return a < b ? a : b; }
+MUSE_HD int max_i(int a, int b) { return a > b ? a : b; }
+MUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The key range of one request and its cut into segments of whole tiles.
+struct RequestGeometry {
+  int seq_len;            // keys of the request, clamped to [0, capacity]; 0 for padding
+  int ctx;                // seq_len - num_tokens: keys before the first new token (may be < 0)
+  int key_lo;             // first key any token sees (the window of token 0), >= 0
+  int tile_lo;            // first tile: key_lo / 64
+  int tile_hi;            // one past the last tile: ceil(seq_len / 64)
+  int tiles_per_segment;  // >= 1
+  int num_segments;       // segments that hold at least one tile, <= num_splits
+};
+
+// raw_seq_len: seq_lens[r] as found in device memory (any int32). capacity: 16 * (block-table
+// width), the most keys a block-table row can address. window: 0 for full attention, else the
+// sliding window (>= 1). num_splits: segments a group is cut into at most (>= 1). A padding
+// request (r >= num_reqs) is passed raw_seq_len = 0.
+MUSE_HD RequestGeometry request_geometry(int raw_seq_len, int capacity, int num_tokens,
+                                         int window, int num_splits) {
+  RequestGeometry g;
+  g.seq_len = min_i(max_i(raw_seq_len, 0), capacity);
+  g.ctx = g.seq_len - num_tokens;
+  g.key_lo = window > 0 ? max_i(g.ctx - window + 1, 0) : 0;
+  g.tile_lo = g.key_lo / kTileKeys;
+  g.tile_hi = ceil_div(g.seq_len, kTileKeys);
+  const int num_tiles = max_i(g.tile_hi - g.tile_lo, 0);
+  g.tiles_per_segment = max_i(ceil_div(num_tiles, num_splits), 1);
+  g.num_segments = ceil_div(num_tiles, g.tiles_per_segment);
+  return g;
+}
+
+// Tiles [*t0, *t1) of segment seg; empty (t0 >= t1) for a segment past num_segments.
+MUSE_HD void segment_tiles(const RequestGeometry& g, int seg, int* t0, int* t1) {
+  *t0 = g.tile_lo + seg * g.tiles_per_segment;
+  *t1 = min_i(*t0 + g.tiles_per_segment, g.tile_hi);
+}
+
+// Position of new token t (may be negative when seq_len < num_tokens: such a token sees nothing).
+MUSE_HD int token_position(const RequestGeometry& g, int token) { return g.ctx + token; }
+
+}  // namespace muse_attn
+
+#endif  // MUSE_ATTN_GEOMETRY_H_

@@ -1,0 +1,34 @@
+// Layout of the split partials: one fp32 state per (group, segment, row), group = (request, KV
+// head), row = token * qpk + head-in-group. The buffers are results of the custom call, sized
+// at trace time from static shapes (groups x num_splits x rows), so no handler allocates.
+//   partial_o  [groups, num_splits, rows, head_dim]  unnormalized o
+//   partial_ml [groups, num_splits, rows, 2]          (m, l)
+// A segment past the group's num_segments is neither written nor read.
+#ifndef MUSE_ATTN_PARTIALS_H_
+#define MUSE_ATTN_PARTIALS_H_
+
+#include <cstdint>
+
+#include "muse_attn/host_device.h"
+
+namespace muse_attn {
+
+struct PartialsLayout {
+  int num_splits;
+  int rows;      // tokens_per_request * qpk
+  int head_dim;
+
+  MUSE_HD int64_t state_index(int group, int seg, int row) const {
+    return (static_cast<int64_t>(group) * num_splits + seg) * rows + row;
+  }
+  MUSE_HD int64_t o_offset(int group, int seg, int row) const {
+    return state_index(group, seg, row) * head_dim;
+  }
+  MUSE_HD int64_t ml_offset(int group, int seg, int row) const {
+    return state_index(group, seg, row) * 2;
+  }
+};
+
+}  // namespace muse_attn
+
+#endif  // MUSE_ATTN_PARTIALS_H_

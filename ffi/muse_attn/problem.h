@@ -1,0 +1,101 @@
+// The static shape of one verify-attention call, read off the FFI buffers and attributes, and
+// checked once more on the C++ side (the Python wrapper already refuses bad shapes at trace
+// time; these checks guard direct users of the custom call). Host only.
+#ifndef MUSE_ATTN_PROBLEM_H_
+#define MUSE_ATTN_PROBLEM_H_
+
+#include <cstdint>
+#include <string>
+
+#include "muse_attn/geometry.h"
+#include "muse_attn/partials.h"
+#include "muse_attn/softmax_state.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace muse_attn {
+
+namespace ffi = ::xla::ffi;
+
+struct Problem {
+  int num_requests;     // R: requests of the compiled bucket (q rows / tokens)
+  int tokens;           // NQ: new tokens a request
+  int num_q_heads;      // Hq
+  int num_kv_heads;     // Hkv
+  int qpk;              // Hq / Hkv
+  int head_dim;         // D
+  int64_t num_blocks;   // blocks in the KV cache
+  int pages;            // P: block-table width
+  int64_t table_row_stride;  // elements between block-table rows (= P)
+  int window;           // 0: full attention
+  int num_splits;       // segments a group at most
+  float scale_log2;     // scale * log2(e)
+
+  int rows() const { return tokens * qpk; }  // output rows of a group
+  int groups() const { return num_requests * num_kv_heads; }
+  int capacity() const { return pages * kPageSize; }
+  PartialsLayout partials() const { return PartialsLayout{num_splits, rows(), head_dim}; }
+};
+
+inline std::string dims_str(ffi::Span<const int64_t> d) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
+
+// q [NQ*R, Hq, D]; kv_cache [num_blocks, Hkv, 16, 2D]; block_table [>=R, P]; seq_lens [>=R];
+// partial_o [R*Hkv, S, NQ*qpk, D]; partial_ml [R*Hkv, S, NQ*qpk, 2].
+inline ffi::Error make_problem(ffi::Span<const int64_t> q,
+                               ffi::Span<const int64_t> kv,
+                               ffi::Span<const int64_t> table,
+                               ffi::Span<const int64_t> lens,
+                               ffi::Span<const int64_t> part_o,
+                               ffi::Span<const int64_t> part_ml, float scale,
+                               int32_t window, int32_t tokens, int32_t num_splits,
+                               Problem* out) {
+  auto bad = [](std::string what) {
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: " + what);
+  };
+  if (tokens < 1) return bad("tokens_per_request must be >= 1, got " + std::to_string(tokens));
+  if (num_splits < 1) return bad("num_splits must be >= 1, got " + std::to_string(num_splits));
+  if (window < 0) return bad("window must be >= 0 (0: full), got " + std::to_string(window));
+  if (q.size() != 3 || kv.size() != 4 || table.size() != 2 || lens.size() != 1)
+    return bad("bad ranks: q " + dims_str(q) + ", kv_cache " + dims_str(kv) +
+               ", block_table " + dims_str(table) + ", seq_lens " + dims_str(lens));
+  Problem& p = *out;
+  p.tokens = tokens;
+  if (q[0] % tokens != 0)
+    return bad("q rows " + std::to_string(q[0]) + " are not a multiple of " +
+               std::to_string(tokens) + " tokens a request");
+  p.num_requests = static_cast<int>(q[0] / tokens);
+  p.num_q_heads = static_cast<int>(q[1]);
+  p.head_dim = static_cast<int>(q[2]);
+  p.num_blocks = kv[0];
+  p.num_kv_heads = static_cast<int>(kv[1]);
+  if (p.num_kv_heads < 1 || p.num_q_heads % p.num_kv_heads != 0)
+    return bad("q heads " + std::to_string(p.num_q_heads) + " are not a multiple of KV heads " +
+               std::to_string(p.num_kv_heads));
+  p.qpk = p.num_q_heads / p.num_kv_heads;
+  if (kv[2] != kPageSize || kv[3] != 2 * q[2])
+    return bad("kv_cache must be [blocks, Hkv, 16, 2*D], got " + dims_str(kv) + " for D " +
+               std::to_string(q[2]));
+  if (table[0] < p.num_requests || lens[0] < p.num_requests)
+    return bad("block_table " + dims_str(table) + " and seq_lens " + dims_str(lens) +
+               " need >= " + std::to_string(p.num_requests) + " rows");
+  p.pages = static_cast<int>(table[1]);
+  p.table_row_stride = table[1];
+  p.window = window;
+  p.num_splits = num_splits;
+  p.scale_log2 = scale * kLog2e;
+  const int64_t want_o[4] = {p.groups(), num_splits, p.rows(), p.head_dim};
+  const int64_t want_ml[4] = {p.groups(), num_splits, p.rows(), 2};
+  if (part_o.size() != 4 || part_ml.size() != 4) return bad("partials must be rank 4");
+  for (int i = 0; i < 4; ++i)
+    if (part_o[i] != want_o[i] || part_ml[i] != want_ml[i])
+      return bad("partials " + dims_str(part_o) + " / " + dims_str(part_ml) +
+                 " do not match the problem");
+  return ffi::Error::Success();
+}
+
+}  // namespace muse_attn
+
+#endif  // MUSE_ATTN_PROBLEM_H_

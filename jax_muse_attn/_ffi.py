@@ -1,0 +1,69 @@
+"""The custom call: handler registration at import and the ffi_call that invokes it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+TARGET_NAME = "jax_muse_attn_verify_attention"
+
+# XLA platform name (as registered) -> handler capsule; empty when the extension is missing.
+REGISTERED: dict[str, object] = {}
+IMPORT_ERROR: Exception | None = None
+
+
+def _register() -> None:
+    global IMPORT_ERROR
+    try:
+        from jax_muse_attn import _muse_attn  # the nanobind module built from ffi/
+    except ImportError as e:  # pragma: no cover - only when the package was not built
+        IMPORT_ERROR = e
+        return
+    for platform, capsule in _muse_attn.registrations().items():
+        jax.ffi.register_ffi_target(TARGET_NAME, capsule, platform=platform)
+        REGISTERED[platform] = capsule
+
+
+_register()
+
+
+def current_platform() -> str:
+    """The XLA platform name of JAX's default backend: "cpu", "CUDA", "ROCM", ..."""
+    backend = jax.default_backend()
+    if backend == "gpu":
+        version = str(getattr(jax.devices()[0].client, "platform_version", "")).lower()
+        return "ROCM" if "rocm" in version or "hip" in version else "CUDA"
+    if backend in ("cuda", "rocm"):
+        return backend.upper()
+    return backend
+
+
+def has_handler(platform: str) -> bool:
+    return platform in REGISTERED
+
+
+def multiprocessor_count(default: int = 132) -> int:
+    """SMs (NVIDIA) or CUs (AMD) of the default device, for the split count."""
+    try:
+        return int(getattr(jax.devices()[0], "core_count", default) or default)
+    except Exception:  # pragma: no cover
+        return default
+
+
+def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, num_splits: int):
+    """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape."""
+    s = shapes
+    out_types = (
+        jax.ShapeDtypeStruct(q3.shape, jnp.bfloat16),
+        jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, s.head_dim), jnp.float32),  # partial o
+        jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, 2), jnp.float32),  # partial (m, l)
+    )
+    out, _, _ = jax.ffi.ffi_call(TARGET_NAME, out_types, vmap_method="sequential")(
+        q3, kv_cache, block_table, seq_lens, num_reqs,
+        scale=np.float32(scale),
+        window=np.int32(s.window),
+        tokens_per_request=np.int32(s.tokens),
+        num_splits=np.int32(num_splits),
+    )
+    return out

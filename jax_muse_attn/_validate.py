@@ -1,0 +1,169 @@
+"""Trace-time checks of verify_attention's arguments.
+
+Everything that static shapes and Python values reveal is refused here, before anything is
+traced or launched, with an error that names the argument, what was expected and what came.
+Run-time data (seq_lens, block ids, a traced num_reqs) is never trusted either: the kernels
+clamp and mask it (see the README's "Semantics").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+PAGE_SIZE = 16  # keys a KV-cache block
+TILE_KEYS = 64  # keys a tile of the split scheme
+SUPPORTED_HEAD_DIMS = (64, 128)
+MAX_TOKENS_PER_REQUEST = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Shapes:
+    """Static sizes of one call, derived and checked from the arguments."""
+
+    num_requests: int  # R: requests of the compiled bucket
+    tokens: int  # NQ: new tokens a request
+    num_q_heads: int  # Hq
+    num_kv_heads: int  # Hkv
+    head_dim: int  # D
+    num_blocks: int
+    pages: int  # block-table width P
+    window: int  # 0: full attention
+    q_rank: int  # 2 ([NQ*R, Hq*D]) or 3 ([NQ*R, Hq, D])
+
+    @property
+    def qpk(self) -> int:
+        return self.num_q_heads // self.num_kv_heads
+
+    @property
+    def rows(self) -> int:
+        """Output rows of one (request, KV head) group: NQ tokens x qpk heads."""
+        return self.tokens * self.qpk
+
+    @property
+    def groups(self) -> int:
+        return self.num_requests * self.num_kv_heads
+
+    @property
+    def capacity(self) -> int:
+        """Most keys a block-table row addresses."""
+        return self.pages * PAGE_SIZE
+
+    @property
+    def max_tiles(self) -> int:
+        """Most 64-key tiles a request's key range can touch (static)."""
+        full = -(-self.capacity // TILE_KEYS)
+        if not self.window:
+            return full
+        span = self.window + self.tokens - 1  # keys of [key_lo, seq_len) at most
+        return min(full, -(-span // TILE_KEYS) + 1)
+
+
+def _fail(cls, arg: str, expected: str, actual) -> None:
+    raise cls(f"verify_attention: {arg} must be {expected}, got {actual}")
+
+
+def _dtype_name(x) -> str:
+    return str(getattr(x, "dtype", type(x).__name__))
+
+
+def _check_array(name: str, x, dtype, ranks: tuple[int, ...]) -> None:
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        _fail(TypeError, name, "an array", type(x).__name__)
+    if x.dtype != dtype:
+        _fail(TypeError, name, f"of dtype {np.dtype(dtype).name}", _dtype_name(x))
+    if x.ndim not in ranks:
+        want = " or ".join(f"rank {r}" for r in ranks)
+        _fail(ValueError, name, want, f"shape {tuple(x.shape)} (rank {x.ndim})")
+
+
+def check_static(scale, window, tokens_per_request) -> tuple[float, int]:
+    """Checks the static (hashable) arguments; returns (scale, window as int, 0 = full)."""
+    if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+        _fail(TypeError, "scale", "a Python float", f"{type(scale).__name__} {scale!r}")
+    if not math.isfinite(float(scale)) or float(scale) <= 0:
+        _fail(ValueError, "scale", "a finite float > 0", repr(scale))
+    if window is not None:
+        if isinstance(window, bool) or not isinstance(window, numbers.Integral):
+            _fail(TypeError, "window", "None or a Python int", f"{type(window).__name__} {window!r}")
+        if window < 1:
+            _fail(ValueError, "window", "None (full attention) or an int >= 1", window)
+    if isinstance(tokens_per_request, bool) or not isinstance(tokens_per_request, numbers.Integral):
+        _fail(TypeError, "tokens_per_request", "a Python int", repr(tokens_per_request))
+    if not 1 <= tokens_per_request <= MAX_TOKENS_PER_REQUEST:
+        _fail(ValueError, "tokens_per_request", f"in [1, {MAX_TOKENS_PER_REQUEST}]",
+              tokens_per_request)
+    return float(scale), int(window or 0)
+
+
+def check_inputs(q, kv_cache, block_table, seq_lens, *, scale, window, tokens_per_request) -> Shapes:
+    """Checks shapes and dtypes; returns the static sizes of the call."""
+    _, win = check_static(scale, window, tokens_per_request)
+    _check_array("q", q, jnp.bfloat16, (2, 3))
+    _check_array("kv_cache", kv_cache, jnp.bfloat16, (4,))
+    _check_array("block_table", block_table, jnp.int32, (2,))
+    _check_array("seq_lens", seq_lens, jnp.int32, (1,))
+
+    blocks, hkv, page, two_d = kv_cache.shape
+    if page != PAGE_SIZE:
+        _fail(ValueError, "kv_cache", f"[num_blocks, Hkv, {PAGE_SIZE}, 2*D] (pages of {PAGE_SIZE} keys)",
+              f"shape {tuple(kv_cache.shape)}")
+    if two_d % 2 or two_d // 2 not in SUPPORTED_HEAD_DIMS:
+        _fail(ValueError, "kv_cache.shape[3]", f"2*D with D in {SUPPORTED_HEAD_DIMS}",
+              f"{two_d} (shape {tuple(kv_cache.shape)})")
+    d = two_d // 2
+    if hkv < 1:
+        _fail(ValueError, "kv_cache.shape[1] (KV heads)", ">= 1", hkv)
+    if blocks < 1:
+        _fail(ValueError, "kv_cache.shape[0] (blocks)", ">= 1", blocks)
+
+    if q.ndim == 3:
+        if q.shape[2] != d:
+            _fail(ValueError, "q.shape[2] (head dim)", f"{d}, the kv_cache's D", f"shape {tuple(q.shape)}")
+        hq = q.shape[1]
+    else:
+        if q.shape[1] % d:
+            _fail(ValueError, "q.shape[1]", f"Hq*D, a multiple of D = {d}", f"shape {tuple(q.shape)}")
+        hq = q.shape[1] // d
+    if hq < 1 or hq % hkv:
+        _fail(ValueError, "q heads", f"a positive multiple of the kv_cache's {hkv} KV heads", hq)
+
+    nq = tokens_per_request
+    if q.shape[0] == 0 or q.shape[0] % nq:
+        _fail(ValueError, "q.shape[0]", f"tokens_per_request ({nq}) x requests, a positive multiple of {nq}",
+              f"shape {tuple(q.shape)}")
+    r = q.shape[0] // nq
+    if block_table.shape[0] < r:
+        _fail(ValueError, "block_table.shape[0]", f">= {r} (one row per request of q)",
+              f"shape {tuple(block_table.shape)}")
+    if block_table.shape[1] < 1:
+        _fail(ValueError, "block_table.shape[1]", ">= 1 page", f"shape {tuple(block_table.shape)}")
+    if seq_lens.shape[0] < r:
+        _fail(ValueError, "seq_lens.shape[0]", f">= {r} (one per request of q)", f"shape {tuple(seq_lens.shape)}")
+    return Shapes(num_requests=r, tokens=nq, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
+                  num_blocks=blocks, pages=block_table.shape[1], window=win, q_rank=q.ndim)
+
+
+def normalize_num_reqs(num_reqs, num_requests: int) -> jax.Array:
+    """None -> R; a Python int is checked against [0, R]; a traced scalar is passed on as int32
+    (the kernels clamp it to [0, R] at run time)."""
+    if num_reqs is None:
+        return jnp.asarray(num_requests, jnp.int32)
+    if isinstance(num_reqs, bool):
+        _fail(TypeError, "num_reqs", "None, a Python int or an int32 scalar", "bool")
+    if isinstance(num_reqs, numbers.Integral):
+        if not 0 <= num_reqs <= num_requests:
+            _fail(ValueError, "num_reqs", f"in [0, {num_requests}] (R = requests of q)", num_reqs)
+        return jnp.asarray(int(num_reqs), jnp.int32)
+    if not hasattr(num_reqs, "dtype") or not hasattr(num_reqs, "shape"):
+        _fail(TypeError, "num_reqs", "None, a Python int or an int32 scalar", type(num_reqs).__name__)
+    if not jnp.issubdtype(num_reqs.dtype, jnp.integer):
+        _fail(TypeError, "num_reqs", "an integer scalar", _dtype_name(num_reqs))
+    if tuple(num_reqs.shape) != ():
+        _fail(ValueError, "num_reqs", "a scalar (shape ())", f"shape {tuple(num_reqs.shape)}")
+    return jnp.asarray(num_reqs).astype(jnp.int32)

@@ -1,0 +1,102 @@
+"""verify_attention: the public entry point and its backend dispatch."""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import warnings
+
+import jax
+
+from jax_muse_attn import _ffi, _validate, reference
+
+BACKENDS = ("auto", "ffi", "reference")
+
+# CTAs a GPU launch aims for, per multiprocessor, when it picks the split count.
+_CTAS_PER_SM = 2
+# Segments a group on the CPU handler: enough to exercise the split/merge geometry.
+_CPU_SPLITS = 8
+
+
+def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
+    """Segments a (request, KV head) group is cut into: static, from shapes and the device."""
+    if platform == "cpu":
+        target = _CPU_SPLITS
+    else:
+        target = -(-_CTAS_PER_SM * _ffi.multiprocessor_count() // shapes.groups)
+    return max(1, min(target, shapes.max_tiles))
+
+
+def resolve_backend(backend: str) -> tuple[str, str]:
+    """("ffi" | "reference", platform) for the requested backend on JAX's default backend."""
+    if backend not in BACKENDS:
+        raise ValueError(f"verify_attention: backend must be one of {BACKENDS}, got {backend!r}")
+    platform = _ffi.current_platform()
+    if backend == "reference":
+        return "reference", platform
+    if _ffi.has_handler(platform):
+        return "ffi", platform
+    if backend == "ffi":
+        why = (f"the extension failed to import ({_ffi.IMPORT_ERROR})" if _ffi.IMPORT_ERROR
+               else f"handlers were built for {sorted(_ffi.REGISTERED)} only")
+        raise RuntimeError(
+            f"verify_attention: backend='ffi' has no handler for platform {platform!r}: {why}. "
+            "Rebuild the package for this platform (see the README) or use backend='reference'.")
+    if _ffi.IMPORT_ERROR is not None:
+        warnings.warn(f"jax_muse_attn: the FFI extension is missing ({_ffi.IMPORT_ERROR}); "
+                      "backend='auto' falls back to the jnp reference", RuntimeWarning, stacklevel=3)
+    return "reference", platform
+
+
+def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, num_reqs=None,
+                     backend="auto", tokens_per_request=8, num_splits=None):
+    """Speculative-decoding verify attention over a paged KV cache (one TP rank, one layer).
+
+    Args:
+      q: bf16 ``[NQ*R, Hq, D]`` or ``[NQ*R, Hq*D]``, not yet scaled; row ``NQ*r + t`` is token
+        ``t`` of request ``r``.
+      kv_cache: bf16 ``[num_blocks, Hkv, 16, 2*D]``: key ``[..., :D]`` and value ``[..., D:]``.
+      block_table: int32 ``[>= R, P]``: key ``k`` of request ``r`` is in block
+        ``block_table[r, k // 16]``, slot ``k % 16``.
+      seq_lens: int32 ``[>= R]``: keys of each request, including its NQ new tokens.
+      scale: softmax scale (static Python float).
+      window: None for full attention, or the sliding window (static int >= 1): token at
+        position ``p`` sees keys ``p - window < k <= p``.
+      num_reqs: requests that are real (None = R, a Python int in [0, R], or a traced int32
+        scalar); the others are padding: zero rows, nothing of theirs is read.
+      backend: "auto" (this platform's kernel where one is built, else the reference), "ffi",
+        or "reference".
+      tokens_per_request: NQ, new tokens a request (static, 1..16; Muse Spark verifies 8).
+      num_splits: segments a (request, KV head) group's keys are cut into (static; None picks
+        one from the shapes and the device).
+
+    Returns:
+      bf16 array of q's shape.
+    """
+    _validate.check_static(scale, window, tokens_per_request)
+    if num_splits is not None and (isinstance(num_splits, bool)
+                                   or not isinstance(num_splits, numbers.Integral) or num_splits < 1):
+        raise ValueError(f"verify_attention: num_splits must be None or an int >= 1, got {num_splits!r}")
+    shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
+                                    tokens_per_request=tokens_per_request)
+    nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
+    kind, platform = resolve_backend(backend)
+    if kind == "reference":
+        return _reference_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
+    splits = int(num_splits) if num_splits is not None else default_num_splits(shapes, platform)
+    return _ffi_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale),
+                    num_splits=splits)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "scale"))
+def _reference_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale):
+    return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
+
+
+@functools.partial(jax.jit, static_argnames=("shapes", "scale", "num_splits"))
+def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale, num_splits):
+    s = shapes
+    q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
+    out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,
+                    num_splits=num_splits)
+    return out.reshape(q.shape)

@@ -1,0 +1,71 @@
+"""Pure-jnp verify attention: the readable definition of what the kernels compute.
+
+Jit-able, static shapes. It reads the cache through the block table like the kernels do:
+only live block-table entries are used (stale ones are clamped to block 0 before the gather and
+their keys masked), and poisoned slots (NaN/Inf past seq_len, before a window, in absent
+blocks) are removed with selects, never by multiplying with a mask, so they cannot reach the
+output. Scores and softmax in float32; P.V in float32 (the kernels round P to bf16 first).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jax_muse_attn import _validate
+from jax_muse_attn._validate import PAGE_SIZE
+
+
+def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, num_reqs=None,
+                     tokens_per_request=8):
+    """Same contract as :func:`jax_muse_attn.verify_attention`, without ``backend``."""
+    shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
+                                    tokens_per_request=tokens_per_request)
+    nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
+    return _reference(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
+
+
+def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validate.Shapes, scale: float):
+    s = shapes
+    r_idx = jnp.arange(s.num_requests)
+    real = r_idx < jnp.clip(num_reqs, 0, s.num_requests)
+    seq_len = jnp.where(real, jnp.clip(seq_lens[: s.num_requests], 0, s.capacity), 0)  # [R]
+    ctx = seq_len - s.tokens
+    key_lo = jnp.maximum(ctx - s.window + 1, 0) if s.window else jnp.zeros_like(ctx)
+
+    # The pages to look at: all of them (full attention) or a static span from the window start.
+    if s.window:
+        span = min(s.pages, -(-(s.window + s.tokens - 1) // PAGE_SIZE) + 1)
+        page = (key_lo // PAGE_SIZE)[:, None] + jnp.arange(span)[None, :]  # [R, span]
+    else:
+        page = jnp.broadcast_to(jnp.arange(s.pages)[None, :], (s.num_requests, s.pages))
+    live = ((page + 1) * PAGE_SIZE > key_lo[:, None]) & (page * PAGE_SIZE < seq_len[:, None]) & (page < s.pages)
+    ids = jnp.take_along_axis(block_table[: s.num_requests], jnp.clip(page, 0, s.pages - 1), axis=1)
+    valid = live & (ids >= 0) & (ids < s.num_blocks)
+    ids = jnp.where(valid, ids, 0)  # stale or bad ids are never used to gather
+
+    pages_kv = kv_cache[ids]  # [R, npages, Hkv, 16, 2D]
+    npages = page.shape[1]
+    key = page[:, :, None] * PAGE_SIZE + jnp.arange(PAGE_SIZE)[None, None, :]  # [R, npages, 16]
+    present = valid[:, :, None] & (key >= key_lo[:, None, None]) & (key < seq_len[:, None, None])
+    key = key.reshape(s.num_requests, npages * PAGE_SIZE)
+    present = present.reshape(s.num_requests, npages * PAGE_SIZE)
+    kv = jnp.swapaxes(pages_kv, 2, 3).reshape(s.num_requests, npages * PAGE_SIZE, s.num_kv_heads, 2 * s.head_dim)
+    kv = jnp.where(present[:, :, None, None], kv.astype(jnp.float32), 0.0)
+    k, v = kv[..., : s.head_dim], kv[..., s.head_dim:]  # [R, K, Hkv, D]
+
+    qf = q.reshape(s.num_requests, s.tokens, s.num_kv_heads, s.qpk, s.head_dim).astype(jnp.float32)
+    scores = jnp.einsum("rthgd,rkhd->rthgk", qf, k, precision=jax.lax.Precision.HIGHEST) * scale
+    qpos = ctx[:, None] + jnp.arange(s.tokens)[None, :]  # [R, NQ]
+    vis = present[:, None, :] & (key[:, None, :] <= qpos[:, :, None])  # [R, NQ, K]
+    if s.window:
+        vis = vis & (qpos[:, :, None] - key[:, None, :] < s.window)
+    vis = vis[:, :, None, None, :]
+    scores = jnp.where(vis, scores, -jnp.inf)
+    m = jnp.max(scores, axis=-1, keepdims=True)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    p = jnp.where(vis, jnp.exp(scores - m), 0.0)
+    l = jnp.sum(p, axis=-1)
+    o = jnp.einsum("rthgk,rkhd->rthgd", p, v, precision=jax.lax.Precision.HIGHEST)
+    out = jnp.where(l[..., None] > 0, o / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
+    return out.astype(q.dtype).reshape(q.shape)
