@@ -145,7 +145,16 @@ def _int(s: Optional[str]) -> Optional[int]:
 
 def _cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jax_muse_attn")
+    d = os.path.join(base, "jax_muse_attn")
+    try:
+        os.makedirs(d, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    d = os.path.join(tempfile.gettempdir(), f"jax_muse_attn-{os.getuid()}")
+    os.makedirs(d, exist_ok=True)
+    return d
 
 
 def _demangle(names: Sequence[str]) -> Dict[str, str]:

@@ -1,0 +1,43 @@
+// Launchers of the GPU kernels (split_kernel.cu.cc, merge_kernel.cu.cc) and their arguments.
+// Host code (verify_attention_gpu.cc) fills VerifyParams from the FFI buffers; launch
+// geometry comes only from its static fields, never from device data.
+#ifndef MUSE_ATTN_GPU_KERNELS_H_
+#define MUSE_ATTN_GPU_KERNELS_H_
+
+#include <cstdint>
+
+#include "gpu/vendor.h"
+
+namespace muse_attn::gpu {
+
+struct VerifyParams {
+  const uint16_t* q;          // [NQ*R, Hq, D] bf16
+  const uint16_t* kv;         // [num_blocks, Hkv, 16, 2D] bf16
+  const int32_t* table;       // [>= R, pages]
+  const int32_t* seq_lens;    // [>= R]
+  const int32_t* num_reqs;    // scalar: real requests (clamped to [0, R] on the device)
+  uint16_t* out;              // like q
+  float* part_o;              // [R*Hkv, S, rows, D]
+  float* part_ml;             // [R*Hkv, S, rows, 2]
+  int64_t num_blocks;
+  int64_t table_stride;       // elements between block-table rows
+  int num_requests;           // R
+  int tokens;                 // NQ
+  int num_q_heads, num_kv_heads, qpk, head_dim;
+  int rows;                   // NQ * qpk <= kMaxRows
+  int pages;                  // block-table width
+  int window;                 // 0: full attention
+  int num_splits;             // S
+  float scale_log2;           // scale * log2(e)
+};
+
+inline constexpr int kMaxRows = 64;  // query rows of a group one CTA holds (4 warps x 16)
+
+// Split: grid (S, R * Hkv); every CTA finds its tiles from seq_lens and exits when it has none.
+gpuError_t launch_split(const VerifyParams& p, gpuStream_t stream);
+// Merge: one thread per (row, 4 d); writes every output row (zeros where nothing was seen).
+gpuError_t launch_merge(const VerifyParams& p, gpuStream_t stream);
+
+}  // namespace muse_attn::gpu
+
+#endif  // MUSE_ATTN_GPU_KERNELS_H_

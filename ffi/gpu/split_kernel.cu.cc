@@ -1,0 +1,159 @@
+// The split kernel: one CTA per (segment, request, KV head). It stages the segment's 64-key
+// tiles through shared memory (kv_tile.h; kStages tiles in flight), computes S = Q K^T on the
+// matrix units for the group's 64 query rows (8 tokens x 8 heads, warp_mma.h), runs the online
+// softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates O += P V and writes
+// the segment's partial state (m, l, o) for the merge (partials.h).
+#include <cstdint>
+
+#include "gpu/kernels.h"
+#include "gpu/kv_tile.h"
+#include "gpu/vendor.h"
+#include "gpu/warp_mma.h"
+#include "muse_attn/geometry.h"
+#include "muse_attn/mask.h"
+#include "muse_attn/partials.h"
+#include "muse_attn/softmax_state.h"
+
+namespace muse_attn::gpu {
+namespace {
+
+constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr int kStages = 3;  // tiles in flight
+
+template <int D>
+constexpr int split_smem_bytes() {
+  return kStages * KvTile<D>::kBytes;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
+  extern __shared__ __align__(16) char smem[];
+  using Warp = WarpAttention<D>;
+  constexpr int R = Warp::kRowsPerLane;
+  constexpr int N = Warp::kScoresPerRow;
+
+  const int seg = blockIdx.x;
+  const int group = blockIdx.y;
+  const int req = group / p.num_kv_heads;
+  const int kvh = group % p.num_kv_heads;
+  const int real = min_i(max_i(*p.num_reqs, 0), p.num_requests);
+  if (req >= real) return;  // padding: nothing read, the merge writes zero rows
+  const RequestGeometry g = request_geometry(p.seq_lens[req], p.pages * kPageSize, p.tokens,
+                                             p.window, p.num_splits);
+  int t0, t1;
+  segment_tiles(g, seg, &t0, &t1);
+  if (t0 >= t1) return;  // a segment past num_segments: no work
+
+  const int tid = threadIdx.x;
+  const int warp = tid / kWarpSize;
+  const int lane = tid % kWarpSize;
+  const KvSource src{p.kv, p.table + req * p.table_stride, p.num_blocks, p.num_kv_heads, kvh};
+  auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
+
+  // Start the copies first; Q and the masks' bounds are set up while they fly.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (t0 + s < t1) stage_tile<D, kThreads>(tile_at(s), src, g, t0 + s, tid);
+    copy_commit();
+  }
+
+  Warp w(lane);
+  int qpos[R];
+  bool row_real[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const int row = 16 * warp + w.row_of(rr);
+    row_real[rr] = row < p.rows;
+    qpos[rr] = token_position(g, row_real[rr] ? row / p.qpk : 0);
+  }
+  w.load_q([&](int r16, int d) -> uint32_t {
+    const int row = 16 * warp + r16;
+    if (row >= p.rows) return 0u;
+    const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
+    const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
+    return *reinterpret_cast<const uint32_t*>(p.q + at);
+  });
+
+  SoftmaxState st[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
+
+  for (int t = t0; t < t1; ++t) {
+    const int it = t - t0;
+    if (t + kStages - 1 < t1)
+      stage_tile<D, kThreads>(tile_at((it + kStages - 1) % kStages), src, g, t + kStages - 1, tid);
+    copy_commit();
+    copy_wait<kStages - 1>();
+    __syncthreads();
+    const KvTile<D> tile = tile_at(it % kStages);
+    w.scores(tile);
+    const char* key_ok = tile.key_ok();
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+      float mx = neg_inf();
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int k = w.key_of(i);
+        const bool vis =
+            row_real[rr] && key_ok[k] && key_is_visible(t * kTileKeys + k, qpos[rr], p.window);
+        w.s[rr][i] = vis ? w.s[rr][i] * p.scale_log2 : neg_inf();
+        mx = fmaxf(mx, w.s[rr][i]);
+      }
+      mx = Warp::row_max(mx);
+      const float m_new = fmaxf(st[rr].m, mx);
+      const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
+      const float factor = fast_exp2(st[rr].m - m_use);      // 0 when m was -inf
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        w.s[rr][i] = fast_exp2(w.s[rr][i] - m_use);  // -inf -> 0
+        sum += w.s[rr][i];
+      }
+      st[rr].l = st[rr].l * factor + sum;  // lane-partial; reduced over the row at the end
+      st[rr].m = m_new;
+      w.rescale(rr, factor);
+    }
+    w.accumulate(tile);
+    __syncthreads();  // the stage is refilled next iteration
+  }
+  copy_wait<0>();
+
+  const PartialsLayout lay{p.num_splits, p.rows, D};
+  float l_row[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) l_row[rr] = Warp::row_sum(st[rr].l);
+  if (w.is_row_leader()) {
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+      if (!row_real[rr]) continue;
+      const int row = 16 * warp + w.row_of(rr);
+      float* ml = p.part_ml + lay.ml_offset(group, seg, row);
+      ml[0] = st[rr].m;
+      ml[1] = l_row[rr];
+    }
+  }
+  w.for_each_out2([&](int rr, int d, float a, float b) {
+    if (!row_real[rr]) return;
+    const int row = 16 * warp + w.row_of(rr);
+    *reinterpret_cast<float2*>(p.part_o + lay.o_offset(group, seg, row) + d) = make_float2(a, b);
+  });
+}
+
+template <int D>
+gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
+  constexpr int smem = split_smem_bytes<D>();
+  static const gpuError_t attr = set_max_dynamic_shared(split_kernel<D>, smem);  // once
+  if (attr != gpuSuccess) return attr;
+  const dim3 grid(p.num_splits, p.num_requests * p.num_kv_heads);
+  split_kernel<D><<<grid, kThreads, smem, stream>>>(p);
+  return gpuGetLastError();
+}
+
+}  // namespace
+
+gpuError_t launch_split(const VerifyParams& p, gpuStream_t stream) {
+  return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
+}
+
+}  // namespace muse_attn::gpu

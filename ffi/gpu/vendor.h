@@ -1,0 +1,125 @@
+// The vendor switch: one kernel source for CUDA (NVIDIA) and HIP (AMD), in the spirit of
+// jaxlib's gpu/vendor.h. Everything that differs between the two lives here or in
+// warp_mma.h (the matrix instructions); the kernels use only the gpu* names below.
+#ifndef MUSE_ATTN_GPU_VENDOR_H_
+#define MUSE_ATTN_GPU_VENDOR_H_
+
+#include <cstdint>
+
+#if defined(__HIPCC__) || defined(MUSE_ATTN_WITH_HIP)
+#define MUSE_ATTN_HIP 1
+#include <hip/hip_runtime.h>
+#else
+#define MUSE_ATTN_CUDA 1
+#include <cuda_runtime.h>
+#endif
+
+namespace muse_attn::gpu {
+
+#if defined(MUSE_ATTN_HIP)
+using gpuStream_t = hipStream_t;
+using gpuError_t = hipError_t;
+inline constexpr gpuError_t gpuSuccess = hipSuccess;
+inline const char* gpuGetErrorString(gpuError_t e) { return hipGetErrorString(e); }
+inline gpuError_t gpuGetLastError() { return hipGetLastError(); }
+inline constexpr int kWarpSize = 64;  // a wavefront on CDNA
+#define MUSE_GPU_PLATFORM_NAME "ROCM"
+#else
+using gpuStream_t = cudaStream_t;
+using gpuError_t = cudaError_t;
+inline constexpr gpuError_t gpuSuccess = cudaSuccess;
+inline const char* gpuGetErrorString(gpuError_t e) { return cudaGetErrorString(e); }
+inline gpuError_t gpuGetLastError() { return cudaGetLastError(); }
+inline constexpr int kWarpSize = 32;
+#define MUSE_GPU_PLATFORM_NAME "CUDA"
+#endif
+
+// Raises the dynamic shared-memory (LDS) limit of a kernel; host side, once a kernel.
+template <typename Kernel>
+inline gpuError_t set_max_dynamic_shared(Kernel kernel, int bytes) {
+#if defined(MUSE_ATTN_HIP)
+  return hipFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#else
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#endif
+}
+
+// ---- device helpers -------------------------------------------------------------------------
+
+// XOR shuffle within a warp / wavefront.
+__device__ __forceinline__ float shfl_xor(float v, int mask) {
+#if defined(MUSE_ATTN_HIP)
+  return __shfl_xor(v, mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
+// 2^x on the fast hardware unit (v_exp_f32 / ex2.approx); exp2(-inf) = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+#if defined(MUSE_ATTN_HIP)
+  return __builtin_amdgcn_exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
+// Two floats -> packed bf16x2 (round to nearest even), low half = a.
+__device__ __forceinline__ uint32_t pack_bf16x2(float a, float b) {
+#if defined(MUSE_ATTN_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  return r;
+#else
+  auto rne = [](float f) -> uint32_t {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    return (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  };
+  return rne(a) | (rne(b) << 16);
+#endif
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
+
+// ---- global -> shared copies ----------------------------------------------------------------
+// copy16(dst, src, valid): 16 bytes to shared memory; zeros when !valid, and then src is not
+// read at all (a predicated, zero-filling copy). On NVIDIA an asynchronous cp.async (L2 only,
+// completed by copy_commit / copy_wait); on AMD a load through registers.
+
+__device__ __forceinline__ void copy16(void* smem_dst, const void* gmem_src, bool valid) {
+#if defined(MUSE_ATTN_CUDA)
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem_src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
+  u32x4 v = {0u, 0u, 0u, 0u};
+  if (valid) v = __builtin_nontemporal_load(reinterpret_cast<const u32x4*>(gmem_src));
+  *reinterpret_cast<u32x4*>(smem_dst) = v;
+#endif
+}
+
+__device__ __forceinline__ void copy_commit() {
+#if defined(MUSE_ATTN_CUDA)
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Waits until at most `pending` committed copy groups are still in flight.
+template <int pending>
+__device__ __forceinline__ void copy_wait() {
+#if defined(MUSE_ATTN_CUDA)
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending) : "memory");
+#endif
+}
+
+}  // namespace muse_attn::gpu
+
+#endif  // MUSE_ATTN_GPU_VENDOR_H_

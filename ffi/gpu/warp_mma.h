@@ -1,0 +1,282 @@
+// The matrix-unit part of the split kernel: one warp (NVIDIA, 32 lanes) or wavefront (AMD, 64
+// lanes) owns 16 query rows and, per 64-key tile staged in shared memory,
+//   scores():     S = Q K^T for its 16 rows x 64 keys (fp32),
+//   accumulate(): O += P V with P the bf16-rounded probabilities.
+// Each vendor keeps its fragments in its own register layout; the kernel sees only
+//   s[rr][i]  score of the lane's row row_of(rr) and key key_of(i) of the tile,
+//   row_max / row_sum   reductions over the lanes that share a row,
+//   rescale(rr, f) and for_each_out2(...) over the lane's O elements.
+// NVIDIA: mma.sync m16n8k16 bf16 (sm_80+), K and V fragments by ldmatrix (V transposed).
+// AMD:    MFMA bf16, computing S^T = K Q^T and O^T = V^T P^T so that a lane holds one q row and
+//         P^T is already lane-local; 16x16x16 (gfx942) or 16x16x32 (gfx950).
+#ifndef MUSE_ATTN_GPU_WARP_MMA_H_
+#define MUSE_ATTN_GPU_WARP_MMA_H_
+
+#include <cstdint>
+
+#include "gpu/kv_tile.h"
+#include "gpu/vendor.h"
+
+namespace muse_attn::gpu {
+
+#if defined(MUSE_ATTN_CUDA)
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem, bool trans) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  if (trans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  }
+}
+
+// c += a (16x16, row) * b (16x8, col); bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int D>
+struct WarpAttention {
+  static constexpr int kRowsPerLane = 2;     // rows g and g + 8
+  static constexpr int kScoresPerRow = 16;   // 8 n-tiles x 2
+  static constexpr int kKSteps = D / 16;
+
+  int lane;
+  uint32_t qa[kKSteps][4];  // A fragments of Q (16 rows x D)
+  float s[kRowsPerLane][kScoresPerRow];
+  float o[D / 8][4];        // C fragments of O (16 rows x D)
+
+  __device__ explicit WarpAttention(int lane_) : lane(lane_) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  }
+  __device__ int row_of(int rr) const { return (lane >> 2) + 8 * rr; }
+  __device__ int key_of(int i) const { return 8 * (i >> 1) + 2 * (lane & 3) + (i & 1); }
+
+  // q_pair(row, d): the bf16 pair (d, d + 1) of local row `row`, packed; 0 for absent rows.
+  template <typename QPair>
+  __device__ void load_q(QPair q_pair) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      qa[kk][0] = q_pair(g, 16 * kk + 2 * t);
+      qa[kk][1] = q_pair(g + 8, 16 * kk + 2 * t);
+      qa[kk][2] = q_pair(g, 16 * kk + 8 + 2 * t);
+      qa[kk][3] = q_pair(g + 8, 16 * kk + 8 + 2 * t);
+    }
+  }
+
+  __device__ void scores(const KvTile<D>& tile) {
+#pragma unroll
+    for (int j2 = 0; j2 < 4; ++j2) {  // keys 16 j2 .. 16 j2 + 15: two n-tiles
+      float c[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        const int key = 16 * j2 + (lane & 7) + 8 * (lane >> 4);
+        const int d = 8 * (2 * kk + ((lane >> 3) & 1));
+        uint32_t b[4];
+        ldmatrix_x4(b, tile.k_at(key, d), false);
+        mma_16816(c[0], qa[kk], b[0], b[1]);
+        mma_16816(c[1], qa[kk], b[2], b[3]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * j2 + h;
+        s[0][2 * j] = c[h][0];
+        s[0][2 * j + 1] = c[h][1];
+        s[1][2 * j] = c[h][2];
+        s[1][2 * j + 1] = c[h][3];
+      }
+    }
+  }
+
+  // O += P V, P = s (already probabilities), rounded to bf16.
+  __device__ void accumulate(const KvTile<D>& tile) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {  // keys 16 kk .. 16 kk + 15
+      const uint32_t a[4] = {pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]),
+                             pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]),
+                             pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]),
+                             pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3])};
+#pragma unroll
+      for (int nd2 = 0; nd2 < D / 16; ++nd2) {
+        const int m = lane >> 3;
+        const int key = 16 * kk + (lane & 7) + 8 * (m & 1);
+        const int d = 8 * (2 * nd2 + (m >> 1));
+        uint32_t b[4];
+        ldmatrix_x4(b, tile.v_at(key, d), true);
+        mma_16816(o[2 * nd2], a, b[0], b[1]);
+        mma_16816(o[2 * nd2 + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  __device__ static float row_max(float x) {
+    x = fmaxf(x, shfl_xor(x, 1));
+    return fmaxf(x, shfl_xor(x, 2));
+  }
+  __device__ static float row_sum(float x) {
+    x += shfl_xor(x, 1);
+    return x + shfl_xor(x, 2);
+  }
+  __device__ bool is_row_leader() const { return (lane & 3) == 0; }
+
+  __device__ void rescale(int rr, float f) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][2 * rr] *= f;
+      o[n][2 * rr + 1] *= f;
+    }
+  }
+  // f(rr, d, o[d], o[d + 1]) for each pair of the lane's O elements.
+  template <typename F>
+  __device__ void for_each_out2(F f) const {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      const int d = 8 * n + 2 * (lane & 3);
+      f(0, d, o[n][0], o[n][1]);
+      f(1, d, o[n][2], o[n][3]);
+    }
+  }
+};
+
+#else  // AMD CDNA3 (gfx942) / CDNA4 (gfx950)
+
+#if defined(__gfx950__)
+inline constexpr int kMfmaK = 32;  // v_mfma_f32_16x16x32_bf16
+typedef __bf16 mfma_ab_t __attribute__((ext_vector_type(8)));
+#else
+inline constexpr int kMfmaK = 16;  // v_mfma_f32_16x16x16_bf16 (gfx942)
+typedef short mfma_ab_t __attribute__((ext_vector_type(4)));
+#endif
+typedef float mfma_c_t __attribute__((ext_vector_type(4)));
+typedef uint32_t mfma_words_t __attribute__((ext_vector_type(kMfmaK / 8)));  // a lane's operand
+
+__device__ __forceinline__ mfma_c_t mfma_bf16(mfma_words_t a, mfma_words_t b, mfma_c_t c) {
+#if defined(__HIP_DEVICE_COMPILE__)
+#if defined(__gfx950__)
+  return __builtin_amdgcn_mfma_f32_16x16x32_bf16(__builtin_bit_cast(mfma_ab_t, a),
+                                                 __builtin_bit_cast(mfma_ab_t, b), c, 0, 0, 0);
+#else
+  return __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(mfma_ab_t, a),
+                                                   __builtin_bit_cast(mfma_ab_t, b), c, 0, 0, 0);
+#endif
+#else
+  return c;  // host pass: never called
+#endif
+}
+
+template <int D>
+struct WarpAttention {
+  static constexpr int kRowsPerLane = 1;    // row lane % 16
+  static constexpr int kScoresPerRow = 16;  // keys 16 n + 4 g + i, n, i < 4
+  static constexpr int kKSteps = D / kMfmaK;
+  static constexpr int kWords = kMfmaK / 8;  // 32-bit words of one A/B operand a lane
+
+  int lane;
+  mfma_words_t qb[kKSteps];  // B operand of S^T = K Q^T: Q[row][d-chunk] of the lane's row
+  float s[kRowsPerLane][kScoresPerRow];
+  mfma_c_t o[D / 16];        // O^T[d = 16 db + 4 g + i][row]
+
+  __device__ explicit WarpAttention(int lane_) : lane(lane_) {
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) o[n] = mfma_c_t{0.0f, 0.0f, 0.0f, 0.0f};
+  }
+  __device__ int row_of(int) const { return lane & 15; }
+  __device__ int key_of(int i) const { return 16 * (i >> 2) + 4 * (lane >> 4) + (i & 3); }
+
+  template <typename QPair>
+  __device__ void load_q(QPair q_pair) {
+    const int r = lane & 15, g = lane >> 4;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) qb[kk][w] = q_pair(r, kMfmaK * kk + kWords * 2 * g + 2 * w);
+  }
+
+  __device__ void scores(const KvTile<D>& tile) {
+    const int r = lane & 15, g = lane >> 4;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      mfma_c_t c = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        const uint32_t* src = reinterpret_cast<const uint32_t*>(
+            tile.k_at(16 * n + r, kMfmaK * kk + kWords * 2 * g));
+        mfma_words_t a;
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) a[w] = src[w];
+        c = mfma_bf16(a, qb[kk], c);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[0][4 * n + i] = c[i];
+    }
+  }
+
+  // O^T += V^T P^T. The k index of one MFMA runs over keys in the order the lane's scores
+  // hold them (for 16x16x32: keys 32c + 16 (j / 4) + 4g + j % 4), so P^T is lane-local.
+  __device__ void accumulate(const KvTile<D>& tile) {
+    const int r = lane & 15, g = lane >> 4;
+    constexpr int kBlocks = 64 / kMfmaK;
+#pragma unroll
+    for (int c = 0; c < kBlocks; ++c) {
+      mfma_words_t pb;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w)
+        pb[w] = pack_bf16x2(s[0][(kMfmaK / 4) * c + 2 * w], s[0][(kMfmaK / 4) * c + 2 * w + 1]);
+#pragma unroll
+      for (int db = 0; db < D / 16; ++db) {
+        mfma_words_t va;
+#pragma unroll
+        for (int w = 0; w < kWords; ++w) {
+          uint32_t lohi[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int j = 2 * w + e;
+            const int key = kMfmaK * c + 16 * (j >> 2) + 4 * g + (j & 3);
+            lohi[e] = *reinterpret_cast<const uint16_t*>(tile.v_at(key, 16 * db + r));
+          }
+          va[w] = lohi[0] | (lohi[1] << 16);
+        }
+        o[db] = mfma_bf16(va, pb, o[db]);
+      }
+    }
+  }
+
+  __device__ static float row_max(float x) {
+    x = fmaxf(x, shfl_xor(x, 16));
+    return fmaxf(x, shfl_xor(x, 32));
+  }
+  __device__ static float row_sum(float x) {
+    x += shfl_xor(x, 16);
+    return x + shfl_xor(x, 32);
+  }
+  __device__ bool is_row_leader() const { return (lane >> 4) == 0; }
+
+  __device__ void rescale(int, float f) {
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) o[n] *= f;
+  }
+  template <typename F>
+  __device__ void for_each_out2(F f) const {
+    const int g = lane >> 4;
+#pragma unroll
+    for (int n = 0; n < D / 16; ++n) {
+      f(0, 16 * n + 4 * g, o[n][0], o[n][1]);
+      f(0, 16 * n + 4 * g + 2, o[n][2], o[n][3]);
+    }
+  }
+};
+
+#endif
+
+}  // namespace muse_attn::gpu
+
+#endif  // MUSE_ATTN_GPU_WARP_MMA_H_
