@@ -165,7 +165,7 @@ ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, H
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
                                 int32_t num_splits) {
-  Problem p;
+  Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
                               seq_lens.dimensions(), part_o->dimensions(),
                               part_ml->dimensions(), scale, window, tokens, num_splits, &p);

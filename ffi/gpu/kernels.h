@@ -24,16 +24,16 @@ struct VerifyParams {
   int num_requests;           // R
   int tokens;                 // NQ
   int num_q_heads, num_kv_heads, qpk, head_dim;
-  int rows;                   // NQ * qpk <= kMaxRows
+  int rows;                   // NQ * qpk (blocks of kMaxRows)
   int pages;                  // block-table width
   int window;                 // 0: full attention
   int num_splits;             // S
   float scale_log2;           // scale * log2(e)
 };
 
-inline constexpr int kMaxRows = 64;  // query rows of a group one CTA holds (4 warps x 16)
+inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps x 16)
 
-// Split: grid (S, R * Hkv); every CTA finds its tiles from seq_lens and exits when it has none.
+// Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits when it has none.
 gpuError_t launch_split(const VerifyParams& p, gpuStream_t stream);
 // Merge: one thread per (row, 4 d); writes every output row (zeros where nothing was seen).
 gpuError_t launch_merge(const VerifyParams& p, gpuStream_t stream);

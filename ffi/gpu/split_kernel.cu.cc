@@ -1,4 +1,4 @@
-// The split kernel: one CTA per (segment, request, KV head). It stages the segment's 64-key
+// The split kernel: one CTA per (segment, request, KV head[, block of 64 rows]). It stages the segment's 64-key
 // tiles through shared memory (kv_tile.h; kStages tiles in flight), computes S = Q K^T on the
 // matrix units for the group's 64 query rows (8 tokens x 8 heads, warp_mma.h), runs the online
 // softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates O += P V and writes
@@ -47,6 +47,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
 
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
+  const int row0 = kMaxRows * blockIdx.z + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
   const KvSource src{p.kv, p.table + req * p.table_stride, p.num_blocks, p.num_kv_heads, kvh};
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
@@ -63,12 +64,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   bool row_real[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
-    const int row = 16 * warp + w.row_of(rr);
+    const int row = row0 + w.row_of(rr);
     row_real[rr] = row < p.rows;
     qpos[rr] = token_position(g, row_real[rr] ? row / p.qpk : 0);
   }
   w.load_q([&](int r16, int d) -> uint32_t {
-    const int row = 16 * warp + r16;
+    const int row = row0 + r16;
     if (row >= p.rows) return 0u;
     const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
     const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
@@ -127,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
       if (!row_real[rr]) continue;
-      const int row = 16 * warp + w.row_of(rr);
+      const int row = row0 + w.row_of(rr);
       float* ml = p.part_ml + lay.ml_offset(group, seg, row);
       ml[0] = st[rr].m;
       ml[1] = l_row[rr];
@@ -135,7 +136,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   }
   w.for_each_out2([&](int rr, int d, float a, float b) {
     if (!row_real[rr]) return;
-    const int row = 16 * warp + w.row_of(rr);
+    const int row = row0 + w.row_of(rr);
     *reinterpret_cast<float2*>(p.part_o + lay.o_offset(group, seg, row) + d) = make_float2(a, b);
   });
 }
@@ -145,7 +146,8 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int smem = split_smem_bytes<D>();
   static const gpuError_t attr = set_max_dynamic_shared(split_kernel<D>, smem);  // once
   if (attr != gpuSuccess) return attr;
-  const dim3 grid(p.num_splits, p.num_requests * p.num_kv_heads);
+  const dim3 grid(p.num_splits, p.num_requests * p.num_kv_heads,
+                  (p.rows + kMaxRows - 1) / kMaxRows);
   split_kernel<D><<<grid, kThreads, smem, stream>>>(p);
   return gpuGetLastError();
 }
