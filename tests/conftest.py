@@ -1,0 +1,218 @@
+"""Shared builders and checks of the jax_muse_attn test suite.
+
+make_case() builds one verify-attention problem the way vLLM hands it over: a paged cache with
+shuffled block ids, block-table entries outside each request's live range holding stale garbage
+(out of range, negative, huge, or ids of poisoned blocks), and, with poison=True, NaN / +-Inf in
+every cache slot that SPEC.md says must never be read. Padding requests (>= num_reqs) get
+garbage seq_lens and block-table rows that point at poisoned blocks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import oracle  # noqa: E402
+
+import jax_muse_attn  # noqa: E402
+
+PAGE = 16
+BACKENDS = ("reference", "ffi")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Every backend that exists here: the jnp reference and this platform's FFI handler."""
+    return request.param
+
+
+@pytest.fixture
+def rng(request):
+    """A numpy Generator seeded from the test's id (reproducible, distinct per test)."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@dataclasses.dataclass
+class Case:
+    q: jax.Array
+    kv: jax.Array
+    bt: jax.Array
+    sl: jax.Array
+    q_np: np.ndarray
+    kv_np: np.ndarray
+    bt_np: np.ndarray
+    sl_np: np.ndarray
+    R: int
+    NQ: int
+    P: int
+    window: int | None
+    scale: float
+    num_reqs: int
+    readable: np.ndarray  # [num_blocks, 16] slots that may be read
+
+    def run(self, backend, num_reqs="default", **kw):
+        nr = self.num_reqs if num_reqs == "default" else num_reqs
+        return jax_muse_attn.verify_attention(
+            self.q, self.kv, self.bt, self.sl, scale=self.scale, window=self.window, num_reqs=nr,
+            backend=backend, tokens_per_request=self.NQ, **kw)
+
+    def oracle(self, num_reqs="default", requests=None):
+        nr = self.num_reqs if num_reqs == "default" else num_reqs
+        return oracle.verify_attention(
+            self.q_np, self.kv_np, self.bt_np, self.sl_np, scale=self.scale, window=self.window,
+            num_reqs=nr, tokens_per_request=self.NQ, requests=requests)
+
+
+def live_range(seq_len, P, NQ, window):
+    """(key_lo, seq_len clamped): the keys of a request that may be read."""
+    s = min(max(int(seq_len), 0), PAGE * P)
+    lo = 0 if window is None else max(0, s - NQ - window + 1)
+    return lo, s
+
+
+def make_case(rng, R, seq_lens, *, P, Hq=16, Hkv=2, D=64, NQ=8, window=None, poison=True,
+              num_reqs=None, num_blocks=None, extra_rows=0, bad_live=0.0, q2d=False, scale=None,
+              stale=None):
+    """One problem. seq_lens: R raw values of the real requests (entries of padding requests,
+    r >= num_reqs, are replaced by garbage). bad_live: fraction of live block-table entries
+    replaced by out-of-range ids (those keys are absent). stale: a fixed garbage id for every
+    stale entry (default: a random mix)."""
+    seq_lens = [int(s) for s in seq_lens]
+    assert len(seq_lens) == R
+    nr = R if num_reqs is None else int(num_reqs)
+    nb = num_blocks if num_blocks is not None else R * P + 6
+    rows = R + extra_rows
+
+    # Live pages of the real requests.
+    live = []  # (r, page, key_lo, seq_len)
+    for r in range(nr):
+        lo, s = live_range(seq_lens[r], P, NQ, window)
+        if s > lo:
+            for page in range(lo // PAGE, -(-s // PAGE)):
+                live.append((r, page, lo, s))
+    assert len(live) <= nb - 2, "num_blocks too small for the live pages"
+    perm = rng.permutation(nb)
+    live_ids = perm[: len(live)]
+    spare = perm[len(live):]  # never referenced by a live entry: fully poisoned
+
+    bt = np.empty((rows, P), np.int64)
+    readable = np.zeros((nb, PAGE), bool)
+
+    def garbage(n):
+        pool = np.array([-1, INT32_MIN, INT32_MAX, nb, nb + 1, nb + 1000, -PAGE, INT32_MIN + 1],
+                        np.int64)
+        pick = rng.integers(0, 3, size=n)
+        vals = np.where(pick == 0, rng.choice(pool, size=n),
+                        np.where(pick == 1, rng.integers(nb, INT32_MAX, size=n, endpoint=True),
+                                 rng.choice(spare, size=n)))
+        if stale is not None:
+            vals[:] = stale
+        return vals
+
+    bt[:] = garbage(rows * P).reshape(rows, P)
+    for (r, page, lo, s), bid in zip(live, live_ids):
+        if bad_live and rng.random() < bad_live:
+            bt[r, page] = rng.choice(np.array([-1, nb, nb + 7, INT32_MAX, INT32_MIN], np.int64))
+            continue
+        bt[r, page] = bid
+        keys = page * PAGE + np.arange(PAGE)
+        readable[bid] = (keys >= lo) & (keys < s)
+
+    sl = np.array(seq_lens + [0] * extra_rows, np.int64)
+    for r in range(nr, rows):  # padding requests and extra rows: garbage
+        sl[r] = rng.choice(np.array([PAGE * P, PAGE * P - 3, PAGE * P + 100, INT32_MAX, -5,
+                                     rng.integers(1, PAGE * P + 1)], np.int64))
+        # Mostly clean live blocks of real requests (finite: a read shows as non-zero rows,
+        # where NaN could be masked into a zero row), some poisoned ones.
+        clean = np.flatnonzero(readable.all(axis=1))
+        pool = clean if len(clean) and (r - nr) % 3 != 2 else spare
+        bt[r] = rng.choice(pool, size=P)
+    bt = bt.astype(np.int32)
+    sl = sl.astype(np.int32)
+
+    kv = rng.standard_normal((nb, Hkv, PAGE, 2 * D), dtype=np.float32)
+    if poison:
+        kv = poison_slots(rng, kv, ~readable)
+    kv_j = jnp.asarray(kv, jnp.bfloat16)
+    q = rng.standard_normal((NQ * R, Hq, D), dtype=np.float32)
+    if q2d:
+        q = q.reshape(NQ * R, Hq * D)
+    q_j = jnp.asarray(q, jnp.bfloat16)
+    return Case(q=q_j, kv=kv_j, bt=jnp.asarray(bt), sl=jnp.asarray(sl), q_np=np.asarray(q_j),
+                kv_np=np.asarray(kv_j), bt_np=bt, sl_np=sl, R=R, NQ=NQ, P=P, window=window,
+                scale=float(scale if scale is not None else 1.0 / np.sqrt(D)), num_reqs=nr,
+                readable=readable)
+
+
+def poison_slots(rng, kv, bad_slots):
+    """kv [nb, Hkv, 16, 2D] float32 with every (block, slot) of bad_slots [nb, 16] replaced, per
+    (block, head, slot), by one kind of garbage: all NaN, +-Inf keys, or a finite decoy (keys of
+    +-12 that win any softmax they enter, values of +-100). A decoy read shows as a wrong value
+    even where NaN would be masked into a zero row."""
+    kv = kv.copy()
+    nb, hkv, page, two_d = kv.shape
+    d = two_d // 2
+    idx = np.argwhere(np.broadcast_to(bad_slots[:, None, :], (nb, hkv, page)))
+    if not len(idx):
+        return kv
+    kind = rng.integers(0, 4, size=len(idx))
+    sign = rng.choice(np.array([-1.0, 1.0], np.float32), size=(len(idx), two_d))
+    junk = np.empty((len(idx), two_d), np.float32)
+    junk[kind == 0] = np.nan
+    junk[kind == 1, :d] = np.inf * sign[kind == 1, :d]
+    junk[kind == 1, d:] = 100.0 * sign[kind == 1, d:]
+    junk[kind == 2, :d] = 12.0 * sign[kind == 2, :d]
+    junk[kind == 2, d:] = 100.0 * sign[kind == 2, d:]
+    junk[kind == 3, :] = np.where(rng.random((int((kind == 3).sum()), two_d)) < 0.5, np.inf, -np.inf)
+    kv[idx[:, 0], idx[:, 1], idx[:, 2]] = junk
+    return kv
+
+
+def assert_close(out, ref, *, q_shape=None, what=""):
+    """SPEC acceptance: bf16, q's shape, no NaN, |out - ref| <= 1e-2 + 2e-2 |ref|, and rows
+    with no key (the oracle's all-zero rows) exactly zero."""
+    if q_shape is not None:
+        assert tuple(out.shape) == tuple(q_shape), f"{what}: shape {out.shape} != {q_shape}"
+        assert out.dtype == jnp.bfloat16, f"{what}: dtype {out.dtype}"
+    o = np.asarray(out).astype(np.float64)
+    ref = np.asarray(ref, np.float64)
+    assert o.shape == ref.shape
+    assert np.isfinite(ref).all(), f"{what}: oracle not finite (test bug)"
+    assert not np.isnan(o).any(), f"{what}: NaN in output at {np.argwhere(np.isnan(o))[:5].tolist()}"
+    err = np.abs(o - ref)
+    tol = 1e-2 + 2e-2 * np.abs(ref)
+    bad = err > tol
+    if bad.any():
+        idx = np.argwhere(bad)
+        i = tuple(idx[0])
+        raise AssertionError(
+            f"{what}: {bad.sum()} / {bad.size} elements out of tolerance; first at {i}: "
+            f"out={o[i]!r} ref={ref[i]!r}; max err {err.max():.4g}; rows (first dim) "
+            f"{sorted(set(idx[:, 0].tolist()))[:20]}")
+    flat_o = o.reshape(o.shape[0], -1)
+    flat_r = ref.reshape(ref.shape[0], -1)
+    empty = np.all(flat_r == 0, axis=1)
+    nz = empty & np.any(flat_o != 0, axis=1)
+    assert not nz.any(), f"{what}: rows with no key not exactly zero: {np.flatnonzero(nz)[:20].tolist()}"
+
+
+def check_case(case, backend, what="", **kw):
+    """Runs one backend on case and checks it against the oracle; returns the output."""
+    out = case.run(backend, **kw)
+    nr = kw.get("num_reqs", "default")
+    assert_close(out, case.oracle(num_reqs=nr), q_shape=case.q.shape, what=f"{backend} {what}")
+    return out
+
+
+def bits(x):
+    return np.asarray(x).view(np.uint16)

@@ -1,0 +1,124 @@
+"""The FFI handler of this platform (CPU here, CUDA on a GPU machine): split geometry
+(num_splits), agreement with the reference, `auto` dispatch, and num_reqs under jit."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_muse_attn
+from jax_muse_attn import _ffi
+from conftest import PAGE, assert_close, bits, check_case, make_case
+
+LONG_P = 320
+LONG_LENS = [0, 1, 7, 8, 9, 63, 64, 65, 129, 1000, 2055, 2056, 3001, 4097, 5000, 5120]
+
+
+def test_handler_registered_for_this_platform():
+    assert _ffi.current_platform() in jax_muse_attn.registered_platforms()
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 64, 10_000])
+@pytest.mark.parametrize("window", [None, 2048])
+def test_num_splits_long(rng, num_splits, window):
+    c = make_case(rng, 16, LONG_LENS, P=LONG_P, window=window)
+    out = check_case(c, "ffi", num_splits=num_splits, what=f"splits {num_splits}")
+    again = c.run("ffi", num_splits=num_splits)
+    np.testing.assert_array_equal(bits(out), bits(again))
+
+
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 5, 1000])
+@pytest.mark.parametrize("window", [None, 1, 16, 100])
+def test_num_splits_short(rng, num_splits, window):
+    lens = [0, 3, 8, 9, 16, 17, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256]
+    c = make_case(rng, 16, lens, P=16, window=window, bad_live=0.1)
+    check_case(c, "ffi", num_splits=num_splits, what=f"splits {num_splits}")
+
+
+@pytest.mark.parametrize("window", [None, 16, 2048])
+def test_ffi_matches_reference(rng, window):
+    P = LONG_P if window in (None, 2048) else 16
+    lens = LONG_LENS if P == LONG_P else [0, 3, 8, 9, 16, 17, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256]
+    c = make_case(rng, 16, lens, P=P, window=window, bad_live=0.05)
+    ffi = c.run("ffi")
+    ref = c.run("reference")
+    assert_close(ffi, np.asarray(ref).astype(np.float64), q_shape=c.q.shape, what="ffi vs reference")
+    assert_close(ffi, c.oracle(), q_shape=c.q.shape, what="ffi vs oracle")
+
+
+def test_auto_uses_ffi(rng):
+    c = make_case(rng, 4, [100, 50, 191, 0], P=12)
+    np.testing.assert_array_equal(bits(c.run("auto")), bits(c.run("ffi")))
+
+
+def test_default_num_splits_is_valid():
+    from jax_muse_attn import _validate
+
+    s = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
+                         num_blocks=100, pages=8192, window=0, q_rank=3)
+    n = jax_muse_attn.default_num_splits(s, _ffi.current_platform())
+    assert 1 <= n <= s.max_tiles
+
+
+@pytest.mark.parametrize("backend_name", ["reference", "ffi"])
+def test_traced_num_reqs_does_not_recompile(rng, backend_name):
+    R = 16
+    lens = list(rng.integers(1, PAGE * 12 + 1, size=R))
+    c = make_case(rng, R, lens, P=12)  # real data for every request: any num_reqs is meaningful
+    traces = []
+
+    @jax.jit
+    def f(q, kv, bt, sl, n):
+        traces.append(1)
+        return jax_muse_attn.verify_attention(q, kv, bt, sl, scale=c.scale, num_reqs=n, backend=backend_name)
+
+    for n in [16, 0, 3, 7, 1, 15]:
+        out = f(c.q, c.kv, c.bt, c.sl, jnp.int32(n))
+        assert_close(out, c.oracle(num_reqs=n), q_shape=c.q.shape, what=f"traced num_reqs {n}")
+        assert not np.asarray(out).astype(np.float32)[8 * n:].any()
+    assert len(traces) == 1
+    assert f._cache_size() == 1
+
+
+@pytest.mark.parametrize("backend_name", ["reference", "ffi"])
+def test_traced_num_reqs_padding_garbage(rng, backend_name):
+    """Padding requests with garbage (poison-pointing tables, absurd seq_lens), traced num_reqs."""
+    R = 16
+    f = jax.jit(lambda q, kv, bt, sl, n: jax_muse_attn.verify_attention(
+        q, kv, bt, sl, scale=0.125, num_reqs=n, backend=backend_name, window=64))
+    for n in [0, 4, 9, 16]:
+        lens = list(rng.integers(0, PAGE * 12 + 1, size=R))
+        c = make_case(rng, R, lens, P=12, num_reqs=n, window=64)
+        out = f(c.q, c.kv, c.bt, c.sl, jnp.int32(n))
+        assert_close(out, c.oracle(), q_shape=c.q.shape, what=f"num_reqs {n}")
+    assert f._cache_size() == 1
+
+
+@pytest.mark.parametrize("backend_name", ["reference", "ffi"])
+def test_traced_num_reqs_out_of_range_is_clamped(rng, backend_name):
+    """A traced num_reqs outside [0, R] is clamped at run time (documented in _validate)."""
+    c = make_case(rng, 4, [100, 50, 191, 20], P=12)
+    f = jax.jit(lambda q, kv, bt, sl, n: jax_muse_attn.verify_attention(
+        q, kv, bt, sl, scale=c.scale, num_reqs=n, backend=backend_name))
+    full = f(c.q, c.kv, c.bt, c.sl, jnp.int32(4))
+    for n in [5, 1000, 2**31 - 1]:
+        np.testing.assert_array_equal(bits(f(c.q, c.kv, c.bt, c.sl, jnp.int32(n))), bits(full))
+    for n in [-1, -(2**31)]:
+        assert not np.asarray(f(c.q, c.kv, c.bt, c.sl, jnp.int32(n))).astype(np.float32).any()
+
+
+def test_num_reqs_python_int_and_traced_agree(rng, backend):
+    c = make_case(rng, 16, list(rng.integers(0, 193, size=16)), P=12, num_reqs=6, extra_rows=1)
+    a = c.run(backend, num_reqs=6)
+    b = jax.jit(lambda n: c.run(backend, num_reqs=n))(jnp.int32(6))
+    np.testing.assert_array_equal(bits(a), bits(b))
+    assert_close(a, c.oracle(), q_shape=c.q.shape)
+
+
+def test_whole_call_under_jit(rng, backend):
+    c = make_case(rng, 4, [100, 50, 191, 20], P=12, window=16, q2d=True)
+    f = jax.jit(lambda q, kv, bt, sl: jax_muse_attn.verify_attention(
+        q, kv, bt, sl, scale=c.scale, window=16, backend=backend))
+    out = f(c.q, c.kv, c.bt, c.sl)
+    assert_close(out, c.oracle(), q_shape=c.q.shape)
+    np.testing.assert_array_equal(bits(out), bits(c.run(backend)))

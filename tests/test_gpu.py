@@ -1,0 +1,140 @@
+"""Long contexts on the GPU's FFI handler against the float64 oracle (32k, 128k, 256k keys,
+R = 16, full attention and SWA 2048, every unreadable slot poisoned), plus determinism.
+
+The cache is generated on the device; the oracle runs on a sample of requests (all of them
+where the key range is short). MUSE_ATTN_GPU_TEST_BACKEND=reference runs the same checks on the
+jnp reference (to check the harness itself before a kernel exists).
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_muse_attn
+import oracle
+from conftest import INT32_MAX, INT32_MIN, PAGE, assert_close, bits, live_range
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(jax.default_backend() != "gpu",
+                       reason=f"no GPU: JAX sees only {jax.default_backend()}"),
+]
+
+BACKEND = os.environ.get("MUSE_ATTN_GPU_TEST_BACKEND", "ffi")
+HQ, HKV, D, NQ, R = 16, 2, 64, 8, 16
+SCALE = 1.0 / 8.0
+
+
+def _lens(L):
+    return [L, L + 1000, L - 1, L - 7, L - 8, L - 9, L - 17, L - 63, L - 64, L - 65, L // 2 + 3,
+            2056, 2055, 100, 5, -3]
+
+
+def build(seed, L, window, num_reqs=R):
+    """A problem with capacity L keys a request, generated on the device."""
+    rng = np.random.default_rng(seed)
+    P = -(-L // PAGE)
+    lens = _lens(L)
+    live = []
+    for r in range(num_reqs):
+        lo, s = live_range(lens[r], P, NQ, window)
+        if s > lo:
+            live.append((r, np.arange(lo // PAGE, -(-s // PAGE)), lo, s))
+    n_live = sum(len(p) for _, p, _, _ in live)
+    nb = n_live + 64
+    perm = rng.permutation(nb).astype(np.int64)
+    spare = perm[n_live:]
+    # Stale entries: random int32 (almost always out of range, either sign) or poisoned blocks.
+    bt = rng.integers(INT32_MIN, INT32_MAX, size=(R, P), endpoint=True)
+    bt = np.where(rng.random((R, P)) < 0.3, rng.choice(spare, size=(R, P)), bt)
+    bt[:, -1] = np.where(rng.random(R) < 0.5, nb, -1)
+    readable = np.zeros((nb, PAGE), bool)
+    off = 0
+    for r, pages, lo, s in live:
+        ids = perm[off: off + len(pages)]
+        off += len(pages)
+        bt[r, pages] = ids
+        keys = pages[:, None] * PAGE + np.arange(PAGE)[None, :]
+        readable[ids] = (keys >= lo) & (keys < s)
+    sl = np.array(lens, np.int64)
+    clean = np.flatnonzero(readable.all(axis=1))
+    for r in range(num_reqs, R):  # padding: garbage lengths, tables of clean live blocks
+        sl[r] = INT32_MAX if r % 2 else L
+        bt[r] = rng.choice(clean, size=P)
+    bt = bt.astype(np.int32)
+    sl = sl.astype(np.int32)
+
+    k1, k2, k3, k4 = jax.random.split(jax.random.PRNGKey(seed), 4)
+
+    @jax.jit
+    def make_kv(readable):
+        kv = jax.random.normal(k1, (nb, HKV, PAGE, 2 * D), jnp.float32)
+        kind = jax.random.randint(k2, (nb, HKV, PAGE, 1), 0, 4)
+        sign = jnp.where(jax.random.bernoulli(k3, 0.5, (nb, HKV, PAGE, 2 * D)), 1.0, -1.0)
+        is_k = jnp.arange(2 * D) < D
+        junk = jnp.where(kind == 0, jnp.nan,
+                         jnp.where(kind == 1, jnp.where(is_k, jnp.inf, 100.0) * sign,
+                                   jnp.where(kind == 2, jnp.where(is_k, 12.0, 100.0) * sign, jnp.inf * sign)))
+        return jnp.where(readable[:, None, :, None], kv, junk).astype(jnp.bfloat16)
+
+    kv = make_kv(jnp.asarray(readable))
+    q = jax.random.normal(k4, (NQ * R, HQ, D), jnp.float32).astype(jnp.bfloat16)
+    return dict(q=q, kv=kv, bt=jnp.asarray(bt), sl=jnp.asarray(sl), bt_np=bt, sl_np=sl, lens=lens,
+                window=window, num_reqs=num_reqs, P=P)
+
+
+def run(c, **kw):
+    return jax_muse_attn.verify_attention(c["q"], c["kv"], c["bt"], c["sl"], scale=SCALE,
+                                          window=c["window"], num_reqs=c["num_reqs"],
+                                          backend=BACKEND, **kw)
+
+
+def check(c, out, sample):
+    """The oracle on the sampled requests (float64, only their slots are converted)."""
+    kv_np = np.asarray(c["kv"])
+    q_np = np.asarray(c["q"])
+    ref = oracle.verify_attention(q_np, kv_np, c["bt_np"], c["sl_np"], scale=SCALE, window=c["window"],
+                                  num_reqs=c["num_reqs"], tokens_per_request=NQ, requests=sample)
+    o = np.asarray(out)
+    assert o.shape == q_np.shape and o.dtype == jnp.bfloat16
+    assert not np.isnan(o.astype(np.float32)).any(), "NaN in output"
+    rows = np.concatenate([np.arange(NQ * r, NQ * (r + 1)) for r in sample])
+    assert_close(o[rows], ref[rows], what=f"requests {sample}")
+    pad = o[NQ * c["num_reqs"]:].astype(np.float32)
+    assert not pad.any(), "padding rows not zero"
+
+
+def _sample(L, window, num_reqs):
+    if window is not None:
+        return list(range(R))  # every key range is <= window + 7 keys: cheap
+    short = [r for r, s in enumerate(_lens(L)) if min(max(s, 0), L) <= 4096]
+    return sorted(set([0, 4, 9] + short + list(range(num_reqs, R))))
+
+
+@pytest.mark.parametrize("window", [None, 2048], ids=["full", "swa2048"])
+@pytest.mark.parametrize("L", [32 * 1024, 128 * 1024, 256 * 1024], ids=["32k", "128k", "256k"])
+def test_long_context(L, window):
+    c = build(L + (window or 0), L, window, num_reqs=R if L != 128 * 1024 else 13)
+    out = run(c)
+    check(c, out, _sample(L, window, c["num_reqs"]))
+    np.testing.assert_array_equal(bits(run(c)), bits(out))  # bitwise determinism
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 64, 100_000])
+def test_split_counts_32k(num_splits):
+    c = build(11 + num_splits, 32 * 1024, None)
+    out = run(c, **({"num_splits": num_splits} if BACKEND == "ffi" else {}))
+    check(c, out, [0, 4, 10, 11, 12, 15])
+
+
+def test_traced_num_reqs_long():
+    c = build(5, 32 * 1024, 2048, num_reqs=R)
+    f = jax.jit(lambda q, kv, bt, sl, n: jax_muse_attn.verify_attention(
+        q, kv, bt, sl, scale=SCALE, window=2048, num_reqs=n, backend=BACKEND))
+    for n in [16, 3, 0]:
+        out = f(c["q"], c["kv"], c["bt"], c["sl"], jnp.int32(n))
+        check(dict(c, num_reqs=n), out, list(range(R)))
+    assert f._cache_size() == 1

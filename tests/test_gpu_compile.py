@@ -1,0 +1,229 @@
+"""Device-only compile checks of the GPU kernels (no GPU needed).
+
+Needs nvcc for CUDA and a HIP-capable clang for HIP (`bash .ci/install_gpu_compilers.sh`);
+each test skips, with the reason, only when its compiler is absent.
+"""
+
+import glob
+import os
+
+import pytest
+
+from jax_muse_attn.tools import gpu_compile_check as gcc
+
+pytestmark = pytest.mark.gpu_compile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = sorted(glob.glob(os.path.join(ROOT, "ffi", "gpu", "*.cu.cc")))
+INCLUDES = [os.path.join(ROOT, "ffi")]
+
+# A self-contained probe with the constructs the real kernels use, so that a broken
+# toolchain shows up here even when a kernel source is at fault or absent.
+PROBE_VENDOR_H = r"""
+#pragma once
+#if defined(__HIPCC__)
+#include <hip/hip_runtime.h>
+#define PROBE_SHFL_XOR(v, m) __shfl_xor((v), (m))
+#define PROBE_WARP 64
+#else
+#include <cuda_runtime.h>
+#define PROBE_SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m))
+#define PROBE_WARP 32
+#endif
+"""
+
+PROBE_SRC = r"""
+#include "probe/vendor.h"
+#include <stdint.h>
+
+__device__ __forceinline__ float probe_exp2(float x) {
+#if defined(__HIP_DEVICE_COMPILE__)
+  return __builtin_amdgcn_exp2f(x);
+#else
+  return exp2f(x);
+#endif
+}
+
+__global__ void __launch_bounds__(256) probe_tile(const uint16_t* __restrict__ a,
+                                                  const uint16_t* __restrict__ b,
+                                                  float* __restrict__ out) {
+  constexpr int K = 64;
+  __shared__ uint16_t sa[16 * K];
+  extern __shared__ uint16_t sb[];
+  const int tid = threadIdx.x, lane = tid % PROBE_WARP;
+  for (int i = tid; i < 16 * K; i += blockDim.x) { sa[i] = a[i]; sb[i] = b[i]; }
+  __syncthreads();
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#if defined(__HIP_DEVICE_COMPILE__)
+  typedef float f32x4 __attribute__((ext_vector_type(4)));
+  f32x4 c = {0.f, 0.f, 0.f, 0.f};
+#if defined(__gfx950__)
+  typedef __bf16 bf16x8 __attribute__((ext_vector_type(8)));
+  for (int k0 = 0; k0 < K; k0 += 32) {
+    bf16x8 av, bv;
+    for (int j = 0; j < 8; ++j) {
+      av[j] = __builtin_bit_cast(__bf16, sa[(lane % 16) * K + k0 + (lane / 16) * 8 + j]);
+      bv[j] = __builtin_bit_cast(__bf16, sb[(k0 + (lane / 16) * 8 + j) * 16 + lane % 16]);
+    }
+    c = __builtin_amdgcn_mfma_f32_16x16x32_bf16(av, bv, c, 0, 0, 0);
+  }
+#else
+  typedef short s16x4 __attribute__((ext_vector_type(4)));
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    s16x4 av, bv;
+    for (int j = 0; j < 4; ++j) {
+      av[j] = (short)sa[(lane % 16) * K + k0 + (lane / 16) * 4 + j];
+      bv[j] = (short)sb[(k0 + (lane / 16) * 4 + j) * 16 + lane % 16];
+    }
+    c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(av, bv, c, 0, 0, 0);
+  }
+#endif
+  for (int j = 0; j < 4; ++j) acc[j] = c[j];
+#elif defined(__CUDA_ARCH__)
+  const uint32_t* sa32 = reinterpret_cast<const uint32_t*>(sa);
+  const uint32_t* sb32 = reinterpret_cast<const uint32_t*>(sb);
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t a0 = sa32[(lane / 4) * (K / 2) + k0 / 2 + lane % 4];
+    uint32_t a1 = sa32[(lane / 4 + 8) * (K / 2) + k0 / 2 + lane % 4];
+    uint32_t a2 = sa32[(lane / 4) * (K / 2) + k0 / 2 + lane % 4 + 4];
+    uint32_t a3 = sa32[(lane / 4 + 8) * (K / 2) + k0 / 2 + lane % 4 + 4];
+    uint32_t b0 = sb32[(k0 / 2 + lane % 4) * 8 + lane / 4];
+    uint32_t b1 = sb32[(k0 / 2 + lane % 4 + 4) * 8 + lane / 4];
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  __shared__ float4 stage[256];
+  uint32_t saddr = static_cast<uint32_t>(__cvta_generic_to_shared(&stage[tid]));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(saddr),
+               "l"(reinterpret_cast<const float4*>(out) + tid));
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+  __syncthreads();
+  acc[0] += stage[255 - tid].x;
+#endif
+  float m = fmaxf(fmaxf(acc[0], acc[1]), fmaxf(acc[2], acc[3]));
+  for (int off = PROBE_WARP / 2; off > 0; off >>= 1) m = fmaxf(m, PROBE_SHFL_XOR(m, off));
+  float s = 0.f;
+  for (int j = 0; j < 4; ++j) s += probe_exp2(acc[j] - m);
+  out[blockIdx.x * blockDim.x + tid] = s;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu_probe")
+    (d / "probe").mkdir()
+    (d / "probe" / "vendor.h").write_text(PROBE_VENDOR_H)
+    (d / "probe_kernels.cu.cc").write_text(PROBE_SRC)
+    return str(d / "probe_kernels.cu.cc"), [str(d)]
+
+
+@pytest.fixture(scope="module")
+def hip_chains():
+    return gcc.find_hip_toolchains()
+
+
+def _nvcc():
+    return gcc.shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+
+
+def _require_nvcc():
+    if not _nvcc():
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): CUDA compile check not run")
+
+
+def _require_hip(chains, arch):
+    if not chains:
+        pytest.skip("no HIP-capable clang (ROCm clang, clang++-19 + libamdhip64-dev + "
+                    "rocm-device-libs, or ziglang): run .ci/install_gpu_compilers.sh")
+    why = []
+    for c in chains:
+        try:
+            c.flags(arch)
+            return
+        except gcc.Unsupported as e:
+            why.append(str(e))
+    if arch == "gfx942":  # the distro clang 19 path must work whenever a HIP clang exists
+        pytest.fail(f"HIP clang found but it cannot build {arch}: {' | '.join(why)}")
+    pytest.skip(f"no toolchain builds {arch}: {' | '.join(why)}")
+
+
+def _assert_clean(res, source):
+    assert res.status in ("ok", "fail"), f"{res.backend} {res.arch} {source}:\n{res.message}"
+    assert res.kernels, f"no kernels reported for {source} ({res.backend} {res.arch})"
+    assert not res.problems, "\n".join(res.problems)
+
+
+@pytest.mark.parametrize("arch", ["sm_90"])
+def test_cuda_probe(probe, arch):
+    _require_nvcc()
+    src, inc = probe
+    res = gcc.check_cuda(src, arch, inc, [], [], None)
+    _assert_clean(res, src)
+    k = [k for k in res.kernels if k.kind == "kernel"]
+    assert len(k) == 1 and k[0].registers and k[0].smem >= 16 * 64 * 2
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_hip_probe(probe, hip_chains, arch):
+    _require_hip(hip_chains, arch)
+    src, inc = probe
+    res = gcc.check_hip(src, arch, inc, [], [], hip_chains)
+    _assert_clean(res, src)
+    (k,) = res.kernels
+    assert k.vgprs and k.lds == 16 * 64 * 2 and k.occupancy and k.dynamic_stack is False
+
+
+def _sources():
+    return SOURCES or [pytest.param(None, marks=pytest.mark.skip(
+        reason="no ffi/gpu/*.cu.cc kernel sources yet"))]
+
+
+@pytest.mark.parametrize("source", _sources(), ids=lambda s: os.path.basename(s) if s else "none")
+def test_cuda_kernels_sm90(source):
+    _require_nvcc()
+    _assert_clean(gcc.check_cuda(source, "sm_90", INCLUDES, [], [], None), source)
+
+
+@pytest.mark.parametrize("source", _sources(), ids=lambda s: os.path.basename(s) if s else "none")
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_hip_kernels(source, arch, hip_chains):
+    _require_hip(hip_chains, arch)
+    _assert_clean(gcc.check_hip(source, arch, INCLUDES, [], [], hip_chains), source)
+
+
+def test_cli_json(probe, tmp_path):
+    """The CLI runs end to end (whatever is installed) and writes JSON."""
+    src, inc = probe
+    out = tmp_path / "r.json"
+    rc = gcc.main(["--sources", src, "-I", inc[0], "--root", ROOT, "--json", str(out)])
+    data = gcc.json.loads(out.read_text())
+    assert {r["backend"] for r in data} == {"cuda", "hip"}
+    assert rc == 0, data
+
+
+def test_parsers():
+    ptxas = """ptxas info    : Compiling entry function '_Z1kPf' for 'sm_90'
+ptxas info    : Function properties for _Z1kPf
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : Used 255 registers, used 1 barriers, 49152 bytes smem, 360 bytes cmem[0]
+"""
+    (k,) = gcc.parse_ptxas(ptxas)
+    assert (k.registers, k.spill_stores, k.spill_loads, k.smem, k.stack_frame, k.kind) == (
+        255, 4, 4, 49152, 8, "kernel")
+    assert k.problems("cuda")
+    remarks = "\n".join(
+        f"a.cu.cc:3:1: remark: {t} [-Rpass-analysis=kernel-resource-usage]" for t in (
+            "Function Name: _Z1kPf", "    SGPRs: 23", "    VGPRs: 64", "    AGPRs: 4",
+            "    ScratchSize [bytes/lane]: 16", "    Dynamic Stack: False",
+            "    Occupancy [waves/SIMD]: 7", "    SGPRs Spill: 0", "    VGPRs Spill: 3",
+            "    LDS Size [bytes/block]: 2048"))
+    (h,) = gcc.parse_hip_remarks(remarks)
+    assert (h.vgprs, h.agprs, h.sgprs, h.scratch, h.occupancy, h.lds, h.vgpr_spill) == (
+        64, 4, 23, 16, 7, 2048, 3)
+    assert len(h.problems("hip")) == 2
+    assert gcc.isa_version("gfx942") == 9402 and gcc.isa_version("gfx90a") == 9010
+    assert gcc.isa_version("gfx950") == 9500 and gcc.isa_version("gfx1100") == 11000

@@ -1,0 +1,178 @@
+"""Trace-time refusals (SPEC "Inputs"): every bad static property gives a TypeError /
+ValueError naming the argument, eagerly and under jit, for every backend."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jax_muse_attn
+from jax_muse_attn import reference as ref_mod
+
+R, NQ, HQ, HKV, D, P, NB = 2, 8, 16, 2, 64, 4, 12
+
+
+def _good():
+    return dict(
+        q=jnp.zeros((NQ * R, HQ, D), jnp.bfloat16),
+        kv_cache=jnp.zeros((NB, HKV, 16, 2 * D), jnp.bfloat16),
+        block_table=jnp.zeros((R, P), jnp.int32),
+        seq_lens=jnp.full((R,), 20, jnp.int32),
+    )
+
+
+def _call(backend, args, **kw):
+    kw.setdefault("scale", 0.125)
+    if backend == "reference-module":
+        kw.pop("backend", None)
+        kw.pop("num_splits", None)
+        return ref_mod.verify_attention(args["q"], args["kv_cache"], args["block_table"],
+                                        args["seq_lens"], **kw)
+    return jax_muse_attn.verify_attention(args["q"], args["kv_cache"], args["block_table"],
+                                          args["seq_lens"], backend=backend, **kw)
+
+
+ENTRY = ["reference", "ffi", "auto", "reference-module"]
+
+# (id, argument overrides, keyword overrides, exception, regex naming the argument)
+ARRAY_CASES = [
+    ("q f32", dict(q=jnp.zeros((NQ * R, HQ, D), jnp.float32)), {}, TypeError, r"\bq\b.*float32"),
+    ("q f16", dict(q=jnp.zeros((NQ * R, HQ, D), jnp.float16)), {}, TypeError, r"\bq\b.*bfloat16"),
+    ("q list", dict(q=[[0.0]]), {}, TypeError, r"\bq\b"),
+    ("q rank 1", dict(q=jnp.zeros((NQ * R * HQ * D,), jnp.bfloat16)), {}, ValueError, r"\bq\b.*rank"),
+    ("q rank 4", dict(q=jnp.zeros((NQ * R, HQ, D, 1), jnp.bfloat16)), {}, ValueError, r"\bq\b.*rank"),
+    ("q head dim", dict(q=jnp.zeros((NQ * R, HQ, 128), jnp.bfloat16)), {}, ValueError, r"q\.shape\[2\]"),
+    ("q 2d not multiple of D", dict(q=jnp.zeros((NQ * R, HQ * D + 3), jnp.bfloat16)), {}, ValueError,
+     r"q\.shape\[1\]"),
+    ("q heads not multiple of Hkv", dict(q=jnp.zeros((NQ * R, 3, D), jnp.bfloat16)), {}, ValueError,
+     r"q heads"),
+    ("q 2d heads not multiple", dict(q=jnp.zeros((NQ * R, 3 * D), jnp.bfloat16)), {}, ValueError, r"q heads"),
+    ("q rows not multiple of NQ", dict(q=jnp.zeros((NQ * R + 3, HQ, D), jnp.bfloat16)), {}, ValueError,
+     r"q\.shape\[0\]"),
+    ("q no rows", dict(q=jnp.zeros((0, HQ, D), jnp.bfloat16)), {}, ValueError, r"q\.shape\[0\]"),
+    ("q rows vs NQ 4", {}, dict(tokens_per_request=3), ValueError, r"q\.shape\[0\]"),
+    ("kv f32", dict(kv_cache=jnp.zeros((NB, HKV, 16, 2 * D), jnp.float32)), {}, TypeError, r"kv_cache.*float32"),
+    ("kv np f16", dict(kv_cache=np.zeros((NB, HKV, 16, 2 * D), np.float16)), {}, TypeError, r"kv_cache"),
+    ("kv rank 3", dict(kv_cache=jnp.zeros((NB, HKV, 16 * 2 * D), jnp.bfloat16)), {}, ValueError, r"kv_cache.*rank"),
+    ("kv page 8", dict(kv_cache=jnp.zeros((NB, HKV, 8, 2 * D), jnp.bfloat16)), {}, ValueError, r"kv_cache"),
+    ("kv page 32", dict(kv_cache=jnp.zeros((NB, HKV, 32, 2 * D), jnp.bfloat16)), {}, ValueError, r"kv_cache"),
+    ("kv D 32", dict(kv_cache=jnp.zeros((NB, HKV, 16, 64), jnp.bfloat16),
+                     q=jnp.zeros((NQ * R, HQ, 32), jnp.bfloat16)), {}, ValueError, r"kv_cache"),
+    ("kv 2D odd", dict(kv_cache=jnp.zeros((NB, HKV, 16, 129), jnp.bfloat16)), {}, ValueError, r"kv_cache"),
+    ("kv no blocks", dict(kv_cache=jnp.zeros((0, HKV, 16, 2 * D), jnp.bfloat16)), {}, ValueError, r"kv_cache"),
+    ("kv no heads", dict(kv_cache=jnp.zeros((NB, 0, 16, 2 * D), jnp.bfloat16)), {}, ValueError, r"kv_cache"),
+    ("kv D vs q D", dict(kv_cache=jnp.zeros((NB, HKV, 16, 256), jnp.bfloat16)), {}, ValueError,
+     r"q\.shape\[2\]"),
+    ("bt f32", dict(block_table=jnp.zeros((R, P), jnp.float32)), {}, TypeError, r"block_table.*float32"),
+    ("bt np int64", dict(block_table=np.zeros((R, P), np.int64)), {}, TypeError, r"block_table.*int64"),
+    ("bt uint32", dict(block_table=jnp.zeros((R, P), jnp.uint32)), {}, TypeError, r"block_table"),
+    ("bt rank 1", dict(block_table=jnp.zeros((R * P,), jnp.int32)), {}, ValueError, r"block_table.*rank"),
+    ("bt rank 3", dict(block_table=jnp.zeros((R, P, 1), jnp.int32)), {}, ValueError, r"block_table.*rank"),
+    ("bt rows < R", dict(block_table=jnp.zeros((R - 1, P), jnp.int32)), {}, ValueError, r"block_table\.shape\[0\]"),
+    ("bt no pages", dict(block_table=jnp.zeros((R, 0), jnp.int32)), {}, ValueError, r"block_table\.shape\[1\]"),
+    ("sl f32", dict(seq_lens=jnp.zeros((R,), jnp.float32)), {}, TypeError, r"seq_lens.*float32"),
+    ("sl np int64", dict(seq_lens=np.zeros((R,), np.int64)), {}, TypeError, r"seq_lens.*int64"),
+    ("sl int16", dict(seq_lens=jnp.zeros((R,), jnp.int16)), {}, TypeError, r"seq_lens"),
+    ("sl rank 0", dict(seq_lens=jnp.zeros((), jnp.int32)), {}, ValueError, r"seq_lens.*rank"),
+    ("sl rank 2", dict(seq_lens=jnp.zeros((R, 1), jnp.int32)), {}, ValueError, r"seq_lens.*rank"),
+    ("sl rows < R", dict(seq_lens=jnp.zeros((R - 1,), jnp.int32)), {}, ValueError, r"seq_lens\.shape\[0\]"),
+]
+
+STATIC_CASES = [
+    ("num_reqs -1", dict(num_reqs=-1), ValueError, r"num_reqs.*-1"),
+    ("num_reqs R+1", dict(num_reqs=R + 1), ValueError, r"num_reqs.*3"),
+    ("num_reqs huge", dict(num_reqs=10**12), ValueError, r"num_reqs"),
+    ("num_reqs bool", dict(num_reqs=True), TypeError, r"num_reqs"),
+    ("num_reqs float", dict(num_reqs=1.0), TypeError, r"num_reqs"),
+    ("num_reqs str", dict(num_reqs="1"), TypeError, r"num_reqs"),
+    ("num_reqs float array", dict(num_reqs=jnp.float32(1)), TypeError, r"num_reqs"),
+    ("num_reqs vector", dict(num_reqs=jnp.array([1], jnp.int32)), ValueError, r"num_reqs"),
+    ("scale 0", dict(scale=0.0), ValueError, r"scale"),
+    ("scale negative", dict(scale=-0.1), ValueError, r"scale"),
+    ("scale nan", dict(scale=float("nan")), ValueError, r"scale"),
+    ("scale inf", dict(scale=float("inf")), ValueError, r"scale"),
+    ("scale str", dict(scale="0.1"), TypeError, r"scale"),
+    ("scale None", dict(scale=None), TypeError, r"scale"),
+    ("scale bool", dict(scale=True), TypeError, r"scale"),
+    ("scale array", dict(scale=jnp.float32(0.1)), TypeError, r"scale"),
+    ("window 0", dict(window=0), ValueError, r"window"),
+    ("window negative", dict(window=-5), ValueError, r"window"),
+    ("window float", dict(window=2048.0), TypeError, r"window"),
+    ("window bool", dict(window=True), TypeError, r"window"),
+    ("NQ 0", dict(tokens_per_request=0), ValueError, r"tokens_per_request"),
+    ("NQ 17", dict(tokens_per_request=17), ValueError, r"tokens_per_request"),
+    ("NQ float", dict(tokens_per_request=8.0), TypeError, r"tokens_per_request"),
+]
+
+FFI_ONLY = [
+    ("backend", dict(backend="gpu"), ValueError, r"backend"),
+    ("num_splits 0", dict(num_splits=0), ValueError, r"num_splits"),
+    ("num_splits -2", dict(num_splits=-2), ValueError, r"num_splits"),
+    ("num_splits float", dict(num_splits=1.5), ValueError, r"num_splits"),
+    ("num_splits bool", dict(num_splits=True), ValueError, r"num_splits"),
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY)
+@pytest.mark.parametrize("name,over,kw,exc,match", ARRAY_CASES, ids=[c[0] for c in ARRAY_CASES])
+def test_bad_arrays(entry, name, over, kw, exc, match):
+    args = {**_good(), **over}
+    with pytest.raises(exc, match=match):
+        _call(entry, args, **kw)
+
+
+@pytest.mark.parametrize("entry", ENTRY)
+@pytest.mark.parametrize("name,kw,exc,match", STATIC_CASES, ids=[c[0] for c in STATIC_CASES])
+def test_bad_static(entry, name, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        _call(entry, _good(), **kw)
+
+
+@pytest.mark.parametrize("name,kw,exc,match", FFI_ONLY, ids=[c[0] for c in FFI_ONLY])
+def test_bad_backend_args(name, kw, exc, match):
+    kw = {"backend": "ffi", **kw}
+    with pytest.raises(exc, match=match):
+        jax_muse_attn.verify_attention(**_good(), scale=0.125, **kw)
+
+
+@pytest.mark.parametrize("entry", ["reference", "ffi"])
+@pytest.mark.parametrize("name,over,kw,exc,match",
+                         [c for c in ARRAY_CASES if not c[0].startswith(("q list", "kv np", "bt np", "sl np"))],
+                         ids=[c[0] for c in ARRAY_CASES if not c[0].startswith(("q list", "kv np", "bt np", "sl np"))])
+def test_bad_arrays_under_jit(entry, name, over, kw, exc, match):
+    """The same refusals at trace time inside jax.jit (arguments are tracers)."""
+    args = {**_good(), **over}
+    f = jax.jit(lambda q, kv, bt, sl: jax_muse_attn.verify_attention(q, kv, bt, sl, scale=0.125,
+                                                                   backend=entry, **kw))
+    with pytest.raises(exc, match=match):
+        f(args["q"], args["kv_cache"], args["block_table"], args["seq_lens"])
+
+
+def test_messages_name_expected_and_actual():
+    with pytest.raises(TypeError) as e:
+        jax_muse_attn.verify_attention(**{**_good(), "q": jnp.zeros((16, 16, 64), jnp.float32)}, scale=0.1)
+    assert "bfloat16" in str(e.value) and "float32" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        jax_muse_attn.verify_attention(**{**_good(), "block_table": jnp.zeros((1, 4), jnp.int32)}, scale=0.1)
+    assert ">= 2" in str(e.value) and "(1, 4)" in str(e.value)
+    with pytest.raises(ValueError) as e:
+        jax_muse_attn.verify_attention(**_good(), scale=0.1, num_reqs=5)
+    assert "[0, 2]" in str(e.value) and "5" in str(e.value)
+
+
+def test_valid_edges_are_accepted(backend):
+    """The boundaries of the checks are accepted: num_reqs 0 and R, extra table rows, q 2-D,
+    window 1, tokens_per_request 1 and 16, a numpy int as num_reqs."""
+    g = _good()
+    for kw in [dict(num_reqs=0), dict(num_reqs=R), dict(num_reqs=np.int32(1)), dict(window=1),
+               dict(window=10**6)]:
+        out = jax_muse_attn.verify_attention(**g, scale=0.125, backend=backend, **kw)
+        assert out.shape == g["q"].shape and out.dtype == jnp.bfloat16
+        assert np.isfinite(np.asarray(out).astype(np.float32)).all()
+    big = dict(g, block_table=jnp.zeros((R + 5, P), jnp.int32), seq_lens=jnp.zeros((R + 5,), jnp.int32),
+               q=jnp.zeros((NQ * R, HQ * D), jnp.bfloat16))
+    assert jax_muse_attn.verify_attention(**big, scale=0.125, backend=backend).shape == (NQ * R, HQ * D)
+    for nq in (1, 16):
+        out = jax_muse_attn.verify_attention(**dict(g, q=jnp.zeros((nq * R, HQ, D), jnp.bfloat16)),
+                                             scale=0.125, backend=backend, tokens_per_request=nq)
+        assert out.shape == (nq * R, HQ, D)
