@@ -8,7 +8,7 @@ import warnings
 
 import jax
 
-from jax_muse_attn import _ffi, _validate, reference
+from jax_muse_attn import _ffi, _partitioning, _validate, reference
 
 BACKENDS = ("auto", "ffi", "reference")
 
@@ -83,20 +83,37 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
     kind, platform = resolve_backend(backend)
     if kind == "reference":
         return _reference_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
-    splits = int(num_splits) if num_splits is not None else default_num_splits(shapes, platform)
+    splits = int(num_splits) if num_splits is not None else None  # None: per-shard default
     return _ffi_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale),
                     num_splits=splits)
 
 
+# Both backends run through the tensor-parallel partitioning rules of _partitioning: under a
+# mesh that shards the heads of q and kv_cache, each device runs its local heads (shapes and the
+# default split count recomputed per shard), with no collectives.
+
+
+def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale):
+    return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
+
+
+def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num_splits, platform):
+    s = shapes  # global, or one shard's when partitioned
+    splits = num_splits if num_splits is not None else default_num_splits(s, platform)
+    q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
+    out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,
+                    num_splits=splits)
+    return out.reshape(q.shape)
+
+
 @functools.partial(jax.jit, static_argnames=("shapes", "scale"))
 def _reference_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale):
-    return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
+    return _partitioning.partitioned(_reference_kernel, q, kv_cache, block_table, seq_lens, num_reqs,
+                                     shapes=shapes, static=(scale,))
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "scale", "num_splits"))
 def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale, num_splits):
-    s = shapes
-    q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
-    out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,
-                    num_splits=num_splits)
-    return out.reshape(q.shape)
+    """num_splits: an int (every shard uses it), or None: the default of each shard's shapes."""
+    return _partitioning.partitioned(_ffi_kernel, q, kv_cache, block_table, seq_lens, num_reqs,
+                                     shapes=shapes, static=(scale, num_splits, _ffi.current_platform()))

@@ -1,0 +1,193 @@
+"""Partitioning rules of verify_attention: tensor parallelism over heads, no collectives.
+
+Both backends ("ffi" and "reference") go through :func:`partitioned`, a
+``jax.experimental.custom_partitioning`` wrapper. Under a mesh whose axis shards the head axis
+of q and of the kv_cache consistently (q head ``h`` belongs to KV head ``h // QPK``; a shard
+holds whole KV heads and their QPK query heads), every device runs the kernel on its local
+heads, with the static shapes (head counts, default split count) recomputed from the local
+shapes. The output is sharded like q. Nothing is gathered, permuted or reduced.
+
+Shardy (JAX's default partitioner) reads the ``sharding_rule``: q's head axis is the compound
+factor ``(k g)`` (KV head, group; ``(k g d)`` for a 2-D q), kv_cache's head axis is ``k``;
+the other axes are plain factors, so Shardy keeps the user's shardings of them and
+``partition`` sees (and refuses) them instead of a silent gather. GSPMD (``jax_use_shardy_partitioner=False``, while
+JAX offers it) uses ``infer_sharding_from_operands`` / ``propagate_user_sharding``. Both end in
+``partition``, which checks the operand shardings and refuses, with a ValueError naming the
+arguments and their PartitionSpecs, anything else:
+
+- heads sharded on q but not on kv_cache (or the reverse, or on different mesh axes),
+- KV heads not divisible by the product of the mesh axes sharding them,
+- any sharding of q's token axis or D, of the cache's blocks/slots/features, or of
+  block_table / seq_lens / num_reqs (data parallelism over requests is not supported by the
+  rules: shard_map over the 'dp' axis, see jax_muse_attn.sharding).
+
+A fully replicated call (or a single device) runs the kernel unpartitioned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jax_muse_attn import _validate
+
+ARG_NAMES = ("q", "kv_cache", "block_table", "seq_lens", "num_reqs")
+
+
+def local_shapes(shapes: _validate.Shapes, q_shape, kv_shape) -> _validate.Shapes:
+    """The Shapes of one shard, from its local q and kv_cache shapes."""
+    hkv = kv_shape[1]
+    hq = q_shape[1] if len(q_shape) == 3 else q_shape[1] // shapes.head_dim
+    return dataclasses.replace(shapes, num_q_heads=hq, num_kv_heads=hkv)
+
+
+def _axes(entry) -> tuple[str, ...]:
+    if entry is None:
+        return ()
+    if isinstance(entry, (tuple, list)):
+        return tuple(entry)
+    return (entry,)
+
+
+def _spec(sharding, ndim) -> tuple[tuple[str, ...], ...]:
+    spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
+    spec = spec + (None,) * (ndim - len(spec))
+    return tuple(_axes(e) for e in spec)
+
+
+def _fmt(spec) -> str:
+    return "P(" + ", ".join("None" if not a else repr(a[0]) if len(a) == 1 else repr(a)
+                           for a in spec) + ")"
+
+
+def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ...]:
+    """Mesh axes that shard the heads (possibly ()), after checking every operand's sharding."""
+    if not all(isinstance(a.sharding, NamedSharding) or a.sharding.is_fully_replicated
+               for a in arg_shapes):
+        # No mesh axes to name (e.g. inside a partially manual shard_map): check by the shards.
+        _check_by_indices(shapes, arg_shapes)
+        return ()
+    specs = []
+    for a in arg_shapes:
+        sh = a.sharding
+        specs.append(_spec(sh, len(a.shape)) if isinstance(sh, NamedSharding)
+                     else ((),) * len(a.shape))
+    q_spec, kv_spec, bt_spec, sl_spec, nr_spec = specs
+    all_specs = "; ".join(f"{n} {_fmt(s)}" for n, s in zip(ARG_NAMES, specs))
+
+    def refuse(what):
+        raise ValueError(
+            f"verify_attention: unsupported sharding: {what}. Supported: heads sharded on the "
+            f"same mesh axes for q (dim 1) and kv_cache (dim 1), everything else replicated "
+            f"(see jax_muse_attn.sharding.tp_specs). Got: {all_specs}")
+
+    if q_spec[0]:
+        refuse(f"q's token axis (dim 0) is sharded on {q_spec[0]}; data parallelism over "
+               "requests is not supported (use jax.shard_map per data-parallel group)")
+    if len(q_spec) == 3 and q_spec[2]:
+        refuse(f"q's head_dim axis (dim 2) is sharded on {q_spec[2]}")
+    for d, what in ((0, "blocks"), (2, "slots"), (3, "key/value features")):
+        if kv_spec[d]:
+            refuse(f"kv_cache's {what} axis (dim {d}) is sharded on {kv_spec[d]}")
+    for name, spec in (("block_table", bt_spec), ("seq_lens", sl_spec), ("num_reqs", nr_spec)):
+        if any(spec):
+            refuse(f"{name} is sharded ({_fmt(spec)}); it must be replicated")
+    heads = q_spec[1]
+    if heads != kv_spec[1]:
+        refuse(f"q's heads (dim 1) are sharded on {heads or 'nothing'} but kv_cache's heads "
+               f"(dim 1) on {kv_spec[1] or 'nothing'}; they must be sharded on the same mesh "
+               "axes (a replicated cache would be sliced or gathered, never silently)")
+    n = 1
+    for ax in heads:
+        n *= mesh.shape[ax]
+    if shapes.num_kv_heads % n:
+        refuse(f"the {shapes.num_kv_heads} KV heads ({shapes.num_q_heads} q heads) do not "
+               f"divide into {n} shards (mesh axes {heads})")
+    return heads
+
+
+def _check_by_indices(shapes: _validate.Shapes, arg_shapes) -> None:
+    """The same rules as check_shardings, from the HLO shardings' tilings (shardings with no
+    mesh axis names, e.g. inside a partially manual shard_map)."""
+    def refuse(what):
+        raise ValueError(
+            f"verify_attention: unsupported sharding: {what}. Supported: heads sharded alike for "
+            f"q (dim 1) and kv_cache (dim 1), everything else replicated. Got: "
+            + "; ".join(f"{n} {a.sharding}" for n, a in zip(ARG_NAMES, arg_shapes)))
+
+    hlo = [a.sharding._to_xla_hlo_sharding(len(a.shape)) for a in arg_shapes]
+    tiles = []
+    for h, a in zip(hlo, arg_shapes):
+        if h.is_replicated():
+            tiles.append([1] * len(a.shape))
+        else:
+            tiles.append(list(h.tile_assignment_dimensions())[: len(a.shape)])
+    q_t, kv_t = tiles[0], tiles[1]
+    if any(t != 1 for d, t in enumerate(q_t) if d != 1):
+        refuse("q is sharded on an axis other than its heads (dim 1)")
+    if any(t != 1 for d, t in enumerate(kv_t) if d != 1):
+        refuse("kv_cache is sharded on an axis other than its heads (dim 1)")
+    if q_t[1] != kv_t[1] or (q_t[1] > 1 and list(hlo[0].tile_assignment_devices())
+                             != list(hlo[1].tile_assignment_devices())):
+        refuse("q's and kv_cache's heads are not sharded alike")
+    if shapes.num_kv_heads % kv_t[1]:
+        refuse(f"the {shapes.num_kv_heads} KV heads do not divide into {kv_t[1]} shards")
+    for name, t in zip(ARG_NAMES[2:], tiles[2:]):
+        if any(x != 1 for x in t):
+            refuse(f"{name} is sharded; it must be replicated")
+
+
+def _rule(shapes: _validate.Shapes, *_, **__):
+    """Shardy rule: q head = compound (KV head k, group g); only heads may be sharded."""
+    g = shapes.qpk
+    q = "n (k g) d" if shapes.q_rank == 3 else "n (k g d)"
+    rule = f"{q}, b k s e, r p, l, -> {q}"
+    sizes = {"g": g} if shapes.q_rank == 3 else {"g": g, "d": shapes.head_dim}
+    return rule, sizes
+
+
+@functools.lru_cache(maxsize=None)
+def _wrapper(kernel):
+    """The custom_partitioning wrapper of kernel(q, kv, bt, sl, nr, shapes, *static) -> out."""
+
+    def fn(q, kv, bt, sl, nr, shapes, static):
+        return kernel(q, kv, bt, sl, nr, shapes, *static)
+
+    cp = custom_partitioning(fn, static_argnums=(5, 6))
+
+    def infer(shapes, static, mesh, arg_shapes, result_shape):
+        del shapes, static, mesh, result_shape
+        return arg_shapes[0].sharding  # the output is sharded like q
+
+    def propagate(shapes, static, mesh, user_shape):
+        del shapes, static, mesh
+        return user_shape.sharding
+
+    def partition(shapes, static, mesh, arg_shapes, result_shape):
+        del result_shape
+        check_shardings(shapes, mesh, arg_shapes)
+        arg_shardings = tuple(a.sharding for a in arg_shapes)
+        local_q = arg_shardings[0].shard_shape(arg_shapes[0].shape)
+        local_kv = arg_shardings[1].shard_shape(arg_shapes[1].shape)
+        local = local_shapes(shapes, local_q, local_kv)
+
+        def lower_fn(q, kv, bt, sl, nr):
+            return kernel(q, kv, bt, sl, nr, local, *static)
+
+        return mesh, lower_fn, arg_shardings[0], arg_shardings
+
+    cp.def_partition(partition=partition, infer_sharding_from_operands=infer,
+                     propagate_user_sharding=propagate, sharding_rule=_rule)
+    return cp
+
+
+def partitioned(kernel, q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, static=()):
+    """kernel(q, kv, bt, sl, nr, shapes, *static) under the TP partitioning rules.
+
+    kernel must be a module-level function (it keys a cache) that computes the output of q's
+    shape from operands of the given (global or per-shard) shapes; static: hashable extras.
+    """
+    return _wrapper(kernel)(q, kv_cache, block_table, seq_lens, num_reqs, shapes, tuple(static))

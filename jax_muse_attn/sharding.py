@@ -1,0 +1,130 @@
+"""Tensor parallelism over heads: PartitionSpecs, NamedShardings and a shard_map form.
+
+verify_attention carries partitioning rules (jax_muse_attn._partitioning): put q and kv_cache
+on a Mesh with their head axis sharded on the same mesh axis, block_table / seq_lens (and a
+traced num_reqs) replicated, and call it inside jit; each device runs the kernel on its local
+heads (q head ``h`` belongs to KV head ``h // QPK``, so a shard holds whole KV heads with their
+query heads), with no all-gather / all-to-all / collective-permute / reduction, and the output
+is sharded like q::
+
+    mesh = jax.make_mesh((8,), ("tp",))
+    sh = tp_shardings(mesh)              # q, kv_cache, block_table, seq_lens, out
+    q, kv = jax.device_put(q, sh.q), jax.device_put(kv, sh.kv_cache)
+    bt, sl = jax.device_put(bt, sh.block_table), jax.device_put(sl, sh.seq_lens)
+    out = jax.jit(functools.partial(verify_attention, scale=0.125))(q, kv, bt, sl)
+
+Supported: heads sharded on one mesh axis (or a tuple of axes) whose size divides the KV
+heads, q either ``[NQ*R, Hq, D]`` or ``[NQ*R, Hq*D]`` (dim 1 sharded on the same axes). Refused
+with a ValueError naming the arguments' PartitionSpecs (raised while jit partitions the call, so
+it surfaces from ``.compile()`` / the first call, wrapped in a JaxRuntimeError): q sharded on
+heads but kv_cache not (or on other axes), or the reverse; any sharding of q's token axis, of
+head_dim, of the cache's block/slot/feature axes, of block_table / seq_lens / num_reqs. The
+cache is never gathered or sliced behind your back.
+
+Data parallelism over requests is NOT supported by the partitioning rules (q's token axis must
+be replicated): its per-shard num_reqs and block-table rows would need more than the rules
+carry. Run data-parallel groups explicitly instead: ``jax.shard_map`` over the 'dp' axis only
+(``axis_names={'dp'}``, q / block_table / seq_lens rows ``P('dp')``, kv_cache ``P()``), with
+verify_attention inside still TP-partitioned over 'tp' by the rules (tested: bitwise equal, no
+collectives). A traced num_reqs must then be per group.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import typing
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+class TPSpecs(typing.NamedTuple):
+    q: P
+    kv_cache: P
+    block_table: P
+    seq_lens: P
+    num_reqs: P
+    out: P
+
+
+class TPShardings(typing.NamedTuple):
+    q: NamedSharding
+    kv_cache: NamedSharding
+    block_table: NamedSharding
+    seq_lens: NamedSharding
+    num_reqs: NamedSharding
+    out: NamedSharding
+
+
+def tp_specs(axis="tp", *, q_rank: int = 3) -> TPSpecs:
+    """PartitionSpecs of a head-sharded call on mesh axis (or tuple of axes) ``axis``.
+
+    q_rank: 3 for q ``[NQ*R, Hq, D]``, 2 for ``[NQ*R, Hq*D]`` (out has q's spec either way).
+    """
+    if q_rank not in (2, 3):
+        raise ValueError(f"tp_specs: q_rank must be 2 or 3, got {q_rank!r}")
+    q = P(None, axis, None) if q_rank == 3 else P(None, axis)
+    return TPSpecs(q=q, kv_cache=P(None, axis, None, None), block_table=P(None, None),
+                   seq_lens=P(None), num_reqs=P(), out=q)
+
+
+def tp_shardings(mesh, axis="tp", *, q_rank: int = 3) -> TPShardings:
+    """NamedShardings on ``mesh`` of :func:`tp_specs`."""
+    _check_axis(mesh, axis)
+    return TPShardings(*(NamedSharding(mesh, s) for s in tp_specs(axis, q_rank=q_rank)))
+
+
+def _axis_size(mesh, axis) -> int:
+    n = 1
+    for a in (axis if isinstance(axis, tuple) else (axis,)):
+        n *= mesh.shape[a]
+    return n
+
+
+def _check_axis(mesh, axis) -> None:
+    for a in (axis if isinstance(axis, tuple) else (axis,)):
+        if a not in mesh.shape:
+            raise ValueError(f"verify_attention: mesh axis {a!r} is not in the mesh's axes "
+                             f"{tuple(mesh.axis_names)}")
+
+
+def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwargs):
+    """A function ``f(q, kv_cache, block_table, seq_lens, num_reqs=None)`` running
+    verify_attention per device under ``jax.shard_map`` over the head axis ``axis``.
+
+    Each device sees its local heads (``Hq / n`` and ``Hkv / n``) and runs the kernel on them;
+    block_table, seq_lens and num_reqs are replicated, the output is head-sharded like q.
+    static_kwargs: verify_attention's keyword arguments (scale, window, backend,
+    tokens_per_request, num_splits). Heads that do not divide the axis size are refused with a
+    ValueError at trace time. The other mesh axes (if any) see replicated data.
+    """
+    from jax_muse_attn.attention import verify_attention
+
+    if "num_reqs" in static_kwargs:
+        raise TypeError("verify_attention_shard_map: pass num_reqs to the returned function")
+    _check_axis(mesh, axis)
+    n = _axis_size(mesh, axis)
+    specs = tp_specs(axis, q_rank=q_rank)
+    per_device = functools.partial(verify_attention, **static_kwargs)
+
+    def f(q, kv_cache, block_table, seq_lens, num_reqs=None):
+        if getattr(q, "ndim", None) != q_rank:
+            raise ValueError(f"verify_attention_shard_map: q must be rank {q_rank} (q_rank), "
+                             f"got shape {getattr(q, 'shape', None)}")
+        hkv = kv_cache.shape[1]
+        if hkv % n:
+            raise ValueError(f"verify_attention: the {hkv} KV heads of kv_cache do not divide "
+                             f"into {n} shards of mesh axis {axis!r}")
+        args = [q, kv_cache, block_table, seq_lens]
+        in_specs = [specs.q, specs.kv_cache, specs.block_table, specs.seq_lens]
+        if num_reqs is None or isinstance(num_reqs, numbers.Integral):  # static: checked per shard
+            body = lambda q, kv, bt, sl: per_device(q, kv, bt, sl, num_reqs=num_reqs)  # noqa: E731
+        else:  # a traced scalar: replicated
+            body = lambda q, kv, bt, sl, nr: per_device(q, kv, bt, sl, num_reqs=nr)  # noqa: E731
+            args.append(num_reqs)
+            in_specs.append(specs.num_reqs)
+        return jax.shard_map(body, mesh=mesh, in_specs=tuple(in_specs), out_specs=specs.out,
+                             check_vma=False)(*args)
+
+    return f

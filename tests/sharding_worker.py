@@ -1,0 +1,295 @@
+"""Sharded checks of verify_attention on 8 host CPU devices, run by test_sharding.py in a
+subprocess (XLA_FLAGS must be set before jax initializes). Prints one JSON object:
+{check name: {"ok": bool, "detail": str}}. Usable by hand: python tests/sharding_worker.py
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import functools  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+import jax_muse_attn  # noqa: E402
+from jax_muse_attn import attention, sharding  # noqa: E402
+
+COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
+RESULTS: dict[str, dict] = {}
+NQ, D, PAGE = 8, 64, 16
+
+
+def check(name):
+    def deco(fn):
+        try:
+            detail = fn()
+            RESULTS[name] = {"ok": True, "detail": str(detail or "")}
+        except Exception:  # noqa: BLE001
+            RESULTS[name] = {"ok": False, "detail": traceback.format_exc()[-3000:]}
+        return fn
+    return deco
+
+
+def case(R, Hq, Hkv, P_=16, seed=0, q2d=False):
+    rng = np.random.default_rng(seed)
+    nb = R * P_ + 5
+    q = rng.standard_normal((NQ * R, Hq, D), dtype=np.float32)
+    if q2d:
+        q = q.reshape(NQ * R, Hq * D)
+    kv = rng.standard_normal((nb, Hkv, PAGE, 2 * D), dtype=np.float32)
+    bt = rng.permutation(nb)[: R * P_].reshape(R, P_).astype(np.int32)
+    sl = rng.integers(NQ, P_ * PAGE + 1, size=R).astype(np.int32)
+    sl[0] = P_ * PAGE
+    return (jnp.asarray(q, jnp.bfloat16), jnp.asarray(kv, jnp.bfloat16), jnp.asarray(bt),
+            jnp.asarray(sl))
+
+
+def mesh_of(n, names=("tp",)):
+    devs = np.array(jax.devices()[:n])
+    if len(names) == 2:
+        devs = devs.reshape(2, n // 2)
+    return Mesh(devs, names)
+
+
+def bitwise(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.shape == b.shape, (a.shape, b.shape)
+    same = a.view(np.uint16) == b.view(np.uint16)
+    assert same.all(), f"{(~same).sum()} of {same.size} elements differ from the unsharded call"
+    assert np.abs(a.astype(np.float32)).sum() > 0, "all-zero output (test bug)"
+
+
+def no_collectives(txt):
+    found = [c for c in COLLECTIVES if re.search(rf"\b{c}(-start)?\(", txt) or f" {c}(" in txt]
+    assert not found, f"collectives in the compiled HLO: {found}"
+
+
+def custom_call_q_shapes(txt):
+    """Shapes of operand 0 (q) of the muse custom calls in compiled HLO text."""
+    types = dict(re.findall(r"(%[\w.\-]+) = (\w+\[[0-9,]*\])", txt))
+    shapes = []
+    for line in txt.splitlines():
+        if jax_muse_attn.TARGET_NAME in line and "custom-call(" in line:
+            first = line.split("custom-call(", 1)[1].split(",")[0].strip()
+            m = re.match(r"(\w+\[[0-9,]*\])", first)  # typed operand, or a name to resolve
+            shapes.append(m.group(1) if m else types.get(first.split(" ")[-1], first))
+    return shapes
+
+
+def sharded_run(fn, mesh, args, in_specs, out_spec=None):
+    """jit(fn) with in_shardings on mesh; returns (output, compiled HLO text)."""
+    ins = tuple(NamedSharding(mesh, s) for s in in_specs)
+    outs = NamedSharding(mesh, out_spec) if out_spec is not None else None
+    jf = jax.jit(fn, in_shardings=ins, out_shardings=outs)
+    compiled = jf.lower(*args).compile()
+    args = [jax.device_put(a, s) for a, s in zip(args, ins)]
+    return compiled(*args), compiled.as_text()
+
+
+def tp_check(backend, tp, Hq, Hkv, window, R=2, traced=False, q2d=False, num_splits=None):
+    q, kv, bt, sl = case(R, Hq, Hkv, q2d=q2d, seed=tp + Hq + (window or 0))
+    kw = dict(scale=0.125, window=window, backend=backend, num_splits=num_splits)
+    nr_val = R - 1 if traced else None
+    mesh = mesh_of(tp)
+    specs = sharding.tp_specs("tp", q_rank=q.ndim)
+    if traced:
+        fn = lambda q, kv, bt, sl, nr: jax_muse_attn.verify_attention(q, kv, bt, sl, num_reqs=nr, **kw)  # noqa: E731
+        args = (q, kv, bt, sl, jnp.int32(nr_val))
+        in_specs = (specs.q, specs.kv_cache, specs.block_table, specs.seq_lens, specs.num_reqs)
+    else:
+        fn = functools.partial(jax_muse_attn.verify_attention, **kw)
+        args = (q, kv, bt, sl)
+        in_specs = (specs.q, specs.kv_cache, specs.block_table, specs.seq_lens)
+    ref = jax.jit(fn)(*args)  # unsharded, one device
+    out, txt = sharded_run(fn, mesh, args, in_specs, specs.out)
+    bitwise(out, ref)
+    assert out.sharding.spec[1] == "tp", out.sharding
+    no_collectives(txt)
+    if traced:  # padding request: zero rows
+        assert not np.asarray(out[NQ * nr_val:]).astype(np.float32).any()
+    if backend == "ffi":
+        local = f"bf16[{NQ * R},{Hq // tp},{D}]"
+        got = custom_call_q_shapes(txt)
+        assert got and all(s == local for s in got), f"custom-call q operands {got}, want {local}"
+        return f"custom call q {got[0]}"
+    return "ok"
+
+
+FAST = [  # (tp, Hq, Hkv, window, traced)
+    (8, 128, 16, None, False),
+    (8, 128, 16, 40, True),
+    (4, 128, 16, None, True),
+    (4, 64, 8, 40, False),
+    (2, 32, 4, None, False),
+    (2, 32, 4, 40, True),
+]
+
+for backend in ("reference", "ffi"):
+    for tp, hq, hkv, win, traced in FAST:
+        name = f"tp{tp}_{hq}_{hkv}_{'swa' if win else 'full'}{'_traced' if traced else ''}_{backend}"
+        check(name)(functools.partial(tp_check, backend, tp, hq, hkv, win, traced=traced))
+    check(f"tp8_q2d_{backend}")(functools.partial(tp_check, backend, 8, 128, 16, 40, q2d=True))
+
+check("tp8_num_splits3_ffi")(functools.partial(tp_check, "ffi", 8, 128, 16, None, num_splits=3))
+
+
+@check("default_splits_from_local_shapes")
+def _():
+    seen = []
+    orig = attention.default_num_splits
+
+    def spy(shapes, platform):
+        seen.append((shapes.num_q_heads, shapes.num_kv_heads))
+        return orig(shapes, platform)
+
+    attention.default_num_splits = spy
+    try:
+        q, kv, bt, sl = case(2, 128, 16)
+        shapes = jax_muse_attn._validate.check_inputs(q, kv, bt, sl, scale=0.125, window=None,
+                                                      tokens_per_request=NQ)
+        fn = functools.partial(attention._ffi_jit, shapes=shapes, scale=0.125, num_splits=None)
+        specs = sharding.tp_specs()
+        args = (q, kv, bt, sl, jnp.int32(2))
+        ref = fn(*args)
+        out, _ = sharded_run(fn, mesh_of(8), args, (specs.q, specs.kv_cache, specs.block_table,
+                                                   specs.seq_lens, specs.num_reqs))
+        bitwise(out, ref)
+    finally:
+        attention.default_num_splits = orig
+    assert (128, 16) in seen and (16, 2) in seen, seen
+    return str(sorted(set(seen)))
+
+
+@check("shard_map_tp8")
+def _():
+    mesh = mesh_of(8)
+    for backend in ("reference", "ffi"):
+        for window, nr in ((None, None), (40, 1)):
+            q, kv, bt, sl = case(2, 128, 16, seed=7)
+            kw = dict(scale=0.125, window=window, backend=backend)
+            f = sharding.verify_attention_shard_map(mesh, "tp", **kw)
+            ref = jax_muse_attn.verify_attention(q, kv, bt, sl, num_reqs=nr, **kw)
+            sh = sharding.tp_shardings(mesh)
+            args = [jax.device_put(a, s) for a, s in zip((q, kv, bt, sl), sh)]
+            jf = jax.jit(f) if nr is None else jax.jit(lambda *a: f(*a[:4], a[4]))
+            extra = () if nr is None else (jnp.int32(nr),)
+            out = jf(*args, *extra)
+            bitwise(out, ref)
+            no_collectives(jf.lower(*args, *extra).compile().as_text())
+
+
+@check("dp2_shard_map_tp4_auto")
+def _():
+    # Data parallelism the documented way: shard_map over 'dp' only, TP4 partitioned inside.
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("dp", "tp"))
+    q, kv, bt, sl = case(4, 32, 4, seed=3)
+    for backend in ("reference", "ffi"):
+        vf = functools.partial(jax_muse_attn.verify_attention, scale=0.125, window=40,
+                               backend=backend)
+        f = jax.shard_map(vf, mesh=mesh, in_specs=(P("dp"), P(), P("dp"), P("dp")),
+                          out_specs=P("dp"), axis_names={"dp"}, check_vma=False)
+        ins = (P("dp", "tp", None), P(None, "tp", None, None), P("dp"), P("dp"))
+        out, txt = sharded_run(f, mesh, (q, kv, bt, sl), ins)
+        bitwise(out, vf(q, kv, bt, sl))
+        no_collectives(txt)
+
+
+@check("gspmd_tp8")
+def _():
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        for backend in ("reference", "ffi"):
+            tp_check(backend, 8, 128, 16, 40, traced=True)
+            tp_check(backend, 4, 64, 8, None, q2d=True)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", True)
+
+
+def expect_error(fn, mesh, args, in_specs, *needles):
+    try:
+        sharded_run(fn, mesh, args, in_specs)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+        missing = [n for n in needles if n not in msg]
+        assert not missing, f"error lacks {missing}: {type(e).__name__}: {msg[-1500:]}"
+        return f"{type(e).__name__}: ...{msg[msg.find('verify_attention'):][:160]}"
+    raise AssertionError("no error: the sharding was accepted")
+
+
+def error_check(backend, q_spec, kv_spec, *needles, bt_spec=P(), mesh=None, Hkv=16, Hq=128):
+    q, kv, bt, sl = case(2, Hq, Hkv)
+    fn = functools.partial(jax_muse_attn.verify_attention, scale=0.125, backend=backend)
+    return expect_error(fn, mesh or mesh_of(8), (q, kv, bt, sl), (q_spec, kv_spec, bt_spec, P()),
+                        *needles)
+
+
+ERRORS = {
+    "kv_replicated": (P(None, "tp", None), P(), "kv_cache's heads", "P(None, 'tp', None)"),
+    "q_replicated": (P(), P(None, "tp", None, None), "q's heads", "kv_cache P(None, 'tp'"),
+    "q_rows_sharded": (P("tp", None, None), P(None, "tp", None, None), "token axis",
+                       "data parallelism"),
+    "kv_blocks_sharded": (P(None, "tp", None), P(None, "tp", None, "b"), "features"),
+    "kv_other_axis": (P(None, "a", None), P(None, "b", None, None), "same mesh axes"),
+    "block_table_sharded": (P(None, "tp", None), P(None, "tp", None, None), "block_table",
+                            "P(None, 'tp')"),
+}
+
+for backend in ("reference", "ffi"):
+    for ename, (qs, kvs, *needles) in ERRORS.items():
+        kwargs = {}
+        if ename in ("kv_other_axis", "kv_blocks_sharded"):
+            kwargs["mesh"] = mesh_of(8, ("a", "b")) if ename == "kv_other_axis" else None
+            if ename == "kv_blocks_sharded":
+                kwargs["mesh"] = Mesh(np.array(jax.devices()).reshape(4, 2), ("tp", "b"))
+        if ename == "block_table_sharded":
+            kwargs["bt_spec"] = P(None, "tp")  # pages
+        check(f"error_{ename}_{backend}")(functools.partial(error_check, backend, qs, kvs,
+                                                           "verify_attention", *needles, **kwargs))
+
+
+@check("error_indivisible_heads")
+def _():
+    # 16 q heads / 2 KV heads on 4 shards: jit refuses the kv_cache sharding itself...
+    out = []
+    for backend in ("reference", "ffi"):
+        out.append(error_check(backend, P(None, "tp", None), P(None, "tp", None, None), "2",
+                               Hq=16, Hkv=2, mesh=mesh_of(4))[:100])
+    # ...and the shard_map form at trace time
+    q, kv, bt, sl = case(2, 16, 2)
+    f = sharding.verify_attention_shard_map(mesh_of(4), "tp", scale=0.125)
+    try:
+        jax.jit(f).lower(q, kv, bt, sl)
+    except ValueError as e:
+        assert "do not divide into 4 shards" in str(e), e
+        out.append(str(e))
+        return " | ".join(out)
+    raise AssertionError("shard_map form accepted 2 KV heads on 4 shards")
+
+
+@check("tp_specs")
+def _():
+    s = sharding.tp_specs()
+    assert s.q == P(None, "tp", None) and s.kv_cache == P(None, "tp", None, None)
+    assert s.block_table == P(None, None) and s.seq_lens == P(None) and s.num_reqs == P()
+    assert sharding.tp_specs("x", q_rank=2).q == P(None, "x")
+    sh = sharding.tp_shardings(mesh_of(8))
+    assert sh.out.spec == s.out and sh.q.mesh.shape["tp"] == 8
+    try:
+        sharding.tp_shardings(mesh_of(8), "nope")
+    except ValueError as e:
+        return str(e)
+    raise AssertionError("unknown axis accepted")
+
+
+if __name__ == "__main__":
+    json.dump(RESULTS, sys.stdout)

@@ -1,0 +1,60 @@
+"""Tensor-parallel partitioning of verify_attention on 8 host CPU devices.
+
+The checks run in one subprocess (tests/sharding_worker.py), since the host device count
+(XLA_FLAGS) must be set before jax initializes and the rest of the suite already imported it.
+Each test below asserts one of the worker's checks: TP8 (128/16 heads), TP4, TP2, full and SWA,
+traced num_reqs, 2-D q, GSPMD, the shard_map form, both backends; every sharded result bitwise
+equal to the unsharded call, no collectives in the compiled HLO, local head counts at the
+custom call; and the refused shardings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "sharding_worker.py")
+
+CHECKS = [
+    *(f"{c}_{b}" for b in ("reference", "ffi") for c in (
+        "tp8_128_16_full", "tp8_128_16_swa_traced", "tp4_128_16_full_traced", "tp4_64_8_swa",
+        "tp2_32_4_full", "tp2_32_4_swa_traced", "tp8_q2d")),
+    "tp8_num_splits3_ffi",
+    "default_splits_from_local_shapes",
+    "shard_map_tp8",
+    "dp2_shard_map_tp4_auto",
+    "gspmd_tp8",
+    *(f"error_{e}_{b}" for b in ("reference", "ffi") for e in (
+        "kv_replicated", "q_replicated", "q_rows_sharded", "kv_blocks_sharded", "kv_other_axis",
+        "block_table_sharded")),
+    "error_indivisible_heads",
+    "tp_specs",
+]
+
+
+@pytest.fixture(scope="module")
+def results():
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    # Run from the tests folder so that the installed package (not the source tree) is imported.
+    proc = subprocess.run([sys.executable, WORKER], env=env, cwd=HERE, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.fail(f"sharding worker failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("name", CHECKS)
+def test_sharding(results, name):
+    assert name in results, f"the worker did not run {name!r}"
+    r = results[name]
+    assert r["ok"], f"{name}:\n{r['detail']}"
+
+
+def test_no_unlisted_checks(results):
+    assert sorted(results) == sorted(CHECKS)
