@@ -4,6 +4,7 @@ jnp reference: run it under compute-sanitizer (memcheck, racecheck) on a GPU mac
     compute-sanitizer --tool memcheck python scripts/sanitize_cases.py
 """
 
+import os
 import sys
 
 import jax
@@ -46,6 +47,11 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
 
 
 ok = True
+if os.environ.get("SANITIZE_QUICK"):  # a short set for slow tools: full + poison, SWA, padding + bad ids, R = 16
+    ok &= case(2, [700, 130], 48, bad_ids=True)
+    ok &= case(16, list(rng.integers(0, 600, 16)), 40, window=128, num_reqs=11)
+    print("ALL OK" if ok else "FAILURES")
+    sys.exit(0 if ok else 1)
 ok &= case(1, [700], 48)
 ok &= case(2, [3000, 9], 200, window=2048)
 ok &= case(4, [0, 5, 130, 4000], 256, num_reqs=2)
