@@ -46,7 +46,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import jax
-    import jax.numpy as jnp
 
     import jax_muse_attn
     from jax_muse_attn.attention import resolve_backend

@@ -30,7 +30,7 @@ import dataclasses
 import functools
 
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
 
 from jax_muse_attn import _validate
 

@@ -7,7 +7,6 @@ jnp reference: run it under compute-sanitizer (memcheck, racecheck) on a GPU mac
 import os
 import sys
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
