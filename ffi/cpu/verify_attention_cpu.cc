@@ -189,18 +189,5 @@ ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, H
 }  // namespace
 }  // namespace muse_attn
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    MuseVerifyAttentionCpu, muse_attn::verify_attention_cpu,
-    xla::ffi::Ffi::Bind()
-        .Arg<xla::ffi::BufferR3<xla::ffi::BF16>>()   // q
-        .Arg<xla::ffi::BufferR4<xla::ffi::BF16>>()   // kv_cache
-        .Arg<xla::ffi::BufferR2<xla::ffi::S32>>()    // block_table
-        .Arg<xla::ffi::BufferR1<xla::ffi::S32>>()    // seq_lens
-        .Arg<xla::ffi::BufferR0<xla::ffi::S32>>()    // num_reqs
-        .Ret<xla::ffi::BufferR3<xla::ffi::BF16>>()   // out
-        .Ret<xla::ffi::BufferR4<xla::ffi::F32>>()    // partial o
-        .Ret<xla::ffi::BufferR4<xla::ffi::F32>>()    // partial (m, l)
-        .Attr<float>("scale")                         // softmax scale (not yet x log2 e)
-        .Attr<int32_t>("window")                      // 0: full attention
-        .Attr<int32_t>("tokens_per_request")          // NQ
-        .Attr<int32_t>("num_splits"));                // segments a group at most
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MuseVerifyAttentionCpu, muse_attn::verify_attention_cpu,
+                              muse_attn::bind_verify_attention(xla::ffi::Ffi::Bind()));

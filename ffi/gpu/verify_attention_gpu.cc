@@ -78,18 +78,6 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     MUSE_GPU_HANDLER_SYMBOL, muse_attn::gpu::verify_attention_gpu,
-    xla::ffi::Ffi::Bind()
-        .Ctx<xla::ffi::PlatformStream<muse_attn::gpu::gpuStream_t>>()  // XLA's stream
-        .Arg<xla::ffi::BufferR3<xla::ffi::BF16>>()   // q
-        .Arg<xla::ffi::BufferR4<xla::ffi::BF16>>()   // kv_cache
-        .Arg<xla::ffi::BufferR2<xla::ffi::S32>>()    // block_table
-        .Arg<xla::ffi::BufferR1<xla::ffi::S32>>()    // seq_lens
-        .Arg<xla::ffi::BufferR0<xla::ffi::S32>>()    // num_reqs
-        .Ret<xla::ffi::BufferR3<xla::ffi::BF16>>()   // out
-        .Ret<xla::ffi::BufferR4<xla::ffi::F32>>()    // partial o
-        .Ret<xla::ffi::BufferR4<xla::ffi::F32>>()    // partial (m, l)
-        .Attr<float>("scale")
-        .Attr<int32_t>("window")
-        .Attr<int32_t>("tokens_per_request")
-        .Attr<int32_t>("num_splits"),
+    muse_attn::bind_verify_attention(
+        xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<muse_attn::gpu::gpuStream_t>>()),
     {xla::ffi::Traits::kCmdBufferCompatible});

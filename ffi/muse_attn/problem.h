@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "muse_attn/geometry.h"
 #include "muse_attn/partials.h"
@@ -94,6 +95,24 @@ inline ffi::Error make_problem(ffi::Span<const int64_t> q,
       return bad("partials " + dims_str(part_o) + " / " + dims_str(part_ml) +
                  " do not match the problem");
   return ffi::Error::Success();
+}
+
+// The operands, results and attributes every platform's handler binds, in order, after any
+// platform context (e.g. the GPU stream) already on `binding`.
+template <typename Binding>
+auto bind_verify_attention(Binding binding) {
+  return std::move(binding).template Arg<ffi::BufferR3<ffi::BF16>>()  // q [NQ*R, Hq, D]
+      .template Arg<ffi::BufferR4<ffi::BF16>>()            // kv_cache [blocks, Hkv, 16, 2D]
+      .template Arg<ffi::BufferR2<ffi::S32>>()             // block_table [>=R, P]
+      .template Arg<ffi::BufferR1<ffi::S32>>()             // seq_lens [>=R]
+      .template Arg<ffi::BufferR0<ffi::S32>>()             // num_reqs: real requests
+      .template Ret<ffi::BufferR3<ffi::BF16>>()            // out, like q
+      .template Ret<ffi::BufferR4<ffi::F32>>()             // partial o [R*Hkv, S, rows, D]
+      .template Ret<ffi::BufferR4<ffi::F32>>()             // partial (m, l) [R*Hkv, S, rows, 2]
+      .template Attr<float>("scale")                       // softmax scale (not yet x log2 e)
+      .template Attr<int32_t>("window")                    // 0: full attention
+      .template Attr<int32_t>("tokens_per_request")        // NQ
+      .template Attr<int32_t>("num_splits");               // segments a group at most
 }
 
 }  // namespace muse_attn
