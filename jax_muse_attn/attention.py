@@ -80,7 +80,7 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
                                     tokens_per_request=tokens_per_request)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
-    kind, platform = resolve_backend(backend)
+    kind, _ = resolve_backend(backend)  # _ffi_jit reads the platform itself for the split count
     if kind == "reference":
         return _reference_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
     splits = int(num_splits) if num_splits is not None else None  # None: per-shard default
