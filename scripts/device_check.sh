@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Everything the GPU issues need from one device call, each step hard-killed at its own limit
+# (no pipes that can outlive a killed step), each log under $OUT (or ./device_out).
+#   bash scripts/device_check.sh [STEP ...]
+# Steps (default: build tests cb selftest memcheck racecheck):
+#   build      pip install --no-build-isolation --no-deps -e .   (the CUDA handler, sm_90)
+#   tests      pytest -n 8 over the whole suite (every ffi test runs on the CUDA handler)
+#   cb         scripts/command_buffer_check.py (command buffers on/off, thunk dump)
+#   selftest   compute-sanitizer on a planted OOB write / race: does the tool work here?
+#   memcheck   compute-sanitizer memcheck on scripts/sanitize_cases.py (SANITIZE_QUICK=1)
+#   racecheck  compute-sanitizer racecheck on the same
+#   bench      python -m jax_muse_attn.bench (needs FlashInfer extracted to /tmp/site for the peer)
+#   tp         scripts/tp_gpu_check.py (2 GPUs)
+set -u
+OUT="${OUT:-$PWD/device_out}"
+mkdir -p "$OUT"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+steps=("$@")
+((${#steps[@]})) || steps=(build tests cb selftest memcheck racecheck)
+summary=()
+
+run_step() {  # name limit_s command...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  (cd /tmp && timeout -s KILL "$limit" "$@") >"$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-100)")")
+}
+
+for s in "${steps[@]}"; do
+  case $s in
+    build) run_step build 240 python3 -m pip install --no-build-isolation --no-deps -q -e "$ROOT" ;;
+    tests) run_step tests 330 python3 -m pytest -q -n 8 -p no:benchmark "$ROOT/tests" ;;
+    cb) run_step cb 150 python3 "$ROOT/scripts/command_buffer_check.py" ;;
+    selftest)
+      nvcc -arch=sm_90 -o /tmp/sanitizer_selftest "$ROOT/scripts/sanitizer_selftest.cu" >"$OUT/selftest_build.log" 2>&1
+      run_step selftest_mem 60 compute-sanitizer --tool memcheck /tmp/sanitizer_selftest
+      run_step selftest_race 60 compute-sanitizer --tool racecheck /tmp/sanitizer_selftest ;;
+    memcheck) XLA_PYTHON_CLIENT_ALLOCATOR=platform SANITIZE_QUICK=1 run_step memcheck 240 \
+        compute-sanitizer --tool memcheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
+    racecheck) SANITIZE_QUICK=1 run_step racecheck 240 \
+        compute-sanitizer --tool racecheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
+    bench) run_step bench 540 python3 -m jax_muse_attn.bench --out "$OUT" ;;
+    tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
+    *) echo "device_check: unknown step $s" >&2; exit 2 ;;
+  esac
+done
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
