@@ -42,7 +42,7 @@ for s in "${steps[@]}"; do
         compute-sanitizer --tool memcheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
     racecheck) SANITIZE_QUICK=1 run_step racecheck 240 \
         compute-sanitizer --tool racecheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
-    bench) run_step bench 540 python3 -m jax_muse_attn.bench --out "$OUT" ;;
+    bench) run_step bench 560 python3 -m jax_muse_attn.bench --budget-s 520 --out "$OUT/bench" ;;
     tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
     *) echo "device_check: unknown step $s" >&2; exit 2 ;;
   esac

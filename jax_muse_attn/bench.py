@@ -1,0 +1,964 @@
+"""Benchmark of verify_attention (the speed issue): our custom call against its peers.
+
+    python -m jax_muse_attn.bench [--quick] [--configs PAT,...] [--out DIR] [--name NAME]
+                                  [--repeats N] [--modes on,off]
+
+The grid is one TP rank of Muse Spark verify attention: 16 q heads / 2 KV heads, D 64, bf16,
+8 new tokens a request, 16-key pages, shuffled block ids, every request at the full context,
+causal, scale 1/8; SWA (window 2048) at 32k and full attention at 2k, 8k, 32k, 128k, each for
+R = 1, 2, 4, 8, 16 requests. Config names: ``full32k-r4``, ``swa32k-r16`` (``--configs`` takes
+comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``).
+
+What is measured (all in one run, every implementation on the same data):
+
+* ours: ``jax_muse_attn.verify_attention(..., backend="ffi")`` as users call it. Per-call time
+  from an UNROLLED chain of N calls inside one jit (each call's output is the next call's q):
+  (t_N - t_1) / (N - 1), wall clock with block_until_ready, median over repeats. Run twice, in
+  worker subprocesses, with XLA command buffers on and off (XLA_FLAGS is read at backend init).
+  Every output of every chain that is timed is first checked against
+  ``jax_muse_attn.reference.verify_attention`` (|out - ref| <= 1e-2 + 2e-2 |ref|); a config that
+  fails is reported as FAIL and not timed, and the exit code is 1.
+* ours cold: a chain of n (L2 flush, call) pairs minus the same chain of flushes alone, over n.
+  The flush is a reduction reading a 256 MiB buffer (so the L2 holds clean lines of another
+  buffer, as in the anchors); data dependences order flush -> call -> next flush.
+* reference: the jnp reference under jit, same chain method (command buffers on only).
+* FlashInfer (when importable, in a torch worker subprocess): BatchPrefillWithPagedKVCacheWrapper,
+  fa2, NHD K and V caches converted from our [blocks, Hkv, 16, 2D] cache with the same block
+  ids, plan() outside the timed region; hot = a CUDA graph of 20 back-to-back run() calls, per
+  call; cold = one replay of a one-call graph after reading a 512 MiB buffer. Its output is
+  checked against a torch fp32 reference (same tolerance; reported, does not set the exit code).
+* floors: copy bandwidth (torch 1 GiB device copy, read + write counted; JAX: (t(2 GiB x+1) -
+  t(1 GiB x+1)) the same way), an empty kernel (torch CUDA graph, as in the anchors), our custom
+  call with num_reqs=0 (a call that reads nothing), and the host dispatch of one tiny jit.
+
+GB/s = KV bytes that must be read / time (full: context keys; SWA: 2048 + 7 keys a request).
+Writes DIR/NAME.json (all raw figures), DIR/NAME.md (the table) and DIR/NAME.png (the plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import fnmatch
+import importlib.util
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import numpy as np
+
+H_Q, H_KV, D, PAGE, NQ = 16, 2, 64, 16, 8
+SCALE = 0.125
+RTOL, ATOL = 2e-2, 1e-2
+R_VALUES = (1, 2, 4, 8, 16)
+FULL_CONTEXTS = (2048, 8192, 32768, 131072)
+SWA_WINDOW, SWA_CONTEXT = 2048, 32768
+MODES = {
+    "on": "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUDNN,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1",
+    "off": "--xla_gpu_enable_command_buffer=",
+}
+FLUSH_BYTES_GPU = 256 << 20
+FLUSH_BYTES_CPU = 4 << 20
+
+
+# ----------------------------------------------------------------------------- configs
+class Config:
+    def __init__(self, L, R, window=None):
+        self.L, self.R, self.window = int(L), int(R), window
+
+    @property
+    def name(self):
+        k = f"{self.L // 1024}k" if self.L % 1024 == 0 else f"{self.L}"
+        if self.window is None:
+            return f"full{k}-r{self.R}"
+        w = "" if self.window == SWA_WINDOW else f"-w{self.window}"
+        return f"swa{k}{w}-r{self.R}"
+
+    @property
+    def pages(self):
+        return -(-self.L // PAGE)
+
+    @property
+    def blocks(self):
+        return self.R * self.pages
+
+    @property
+    def keys_read(self):
+        """Keys a request must read: its context, or the window span of its 8 tokens."""
+        if self.window is None:
+            return self.L
+        return self.L - max(0, self.L - NQ - (self.window - 1))
+
+    @property
+    def kv_bytes(self):
+        return self.R * self.keys_read * H_KV * D * 2 * 2  # K and V, bf16
+
+    def as_dict(self):
+        return dict(name=self.name, L=self.L, R=self.R, window=self.window, keys_read=self.keys_read,
+                    kv_bytes=self.kv_bytes, q_heads=H_Q, kv_heads=H_KV, head_dim=D, page=PAGE,
+                    tokens=NQ, scale=SCALE)
+
+
+def parse_config(name):
+    m = re.fullmatch(r"(full|swa)(\d+)(k?)(?:-w(\d+))?-r(\d+)", name)
+    if not m:
+        raise ValueError(f"bad config name {name!r}")
+    L = int(m.group(2)) * (1024 if m.group(3) else 1)
+    window = None if m.group(1) == "full" else int(m.group(4) or SWA_WINDOW)
+    return Config(L, int(m.group(5)), window)
+
+
+def full_grid():
+    return ([Config(SWA_CONTEXT, r, SWA_WINDOW) for r in R_VALUES]
+            + [Config(L, r) for L in FULL_CONTEXTS for r in R_VALUES])
+
+
+QUICK_GPU = ("swa32k-r1", "swa32k-r16", "full2k-r1", "full32k-r4", "full128k-r16")
+QUICK_CPU = ("full1k-r1", "swa2k-w256-r2")
+
+
+def select_configs(patterns, quick, platform):
+    if quick:
+        grid = [parse_config(n) for n in (QUICK_CPU if platform == "cpu" else QUICK_GPU)]
+    else:
+        grid = full_grid()
+    if not patterns:
+        return grid
+    out, names = [], {c.name: c for c in grid}
+    for pat in patterns.split(","):
+        pat = pat.strip()
+        if not pat:
+            continue
+        hits = [c for c in grid if fnmatch.fnmatch(c.name, pat)]
+        if not hits and pat not in names:
+            hits = [parse_config(pat)]  # any parseable name, on or off the grid
+        out += [c for c in hits if c.name not in {o.name for o in out}]
+    return out
+
+
+# ----------------------------------------------------------------------------- data
+# The same values on both sides (JAX and torch) from an integer hash of the element index:
+# murmur3's fmix32 of i*golden+seed, top 24 bits -> exact float32 in [-2, 2) -> bf16 (RNE).
+_M32 = 0xFFFFFFFF
+_GOLD, _C1, _C2, _SEEDMUL = 0x9E3779B1, 0x85EBCA6B, 0xC2B2AE35, 0x27D4EB2F
+SEED_KV, SEED_Q = 1, 2
+
+
+def _mul32_int64(x, c):
+    """x * c mod 2**32 for int64 arrays/tensors holding values < 2**32, without overflow."""
+    lo, hi = x & 0xFFFF, x >> 16
+    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & _M32
+
+
+def hash_values_int64(i, seed):
+    """The hash on int64 numpy arrays or torch tensors (float32 result in [-2, 2))."""
+    x = (_mul32_int64(i, _GOLD) + (seed * _SEEDMUL & _M32)) & _M32
+    x = x ^ (x >> 16)
+    x = _mul32_int64(x, _C1)
+    x = x ^ (x >> 13)
+    x = _mul32_int64(x, _C2)
+    x = x ^ (x >> 16)
+    return x >> 8
+
+
+def jax_hash_array(shape, seed):
+    import jax
+    import jax.numpy as jnp
+
+    n = int(np.prod(shape))
+
+    @jax.jit
+    def gen():
+        x = jax.lax.iota(jnp.uint32, n) * jnp.uint32(_GOLD) + jnp.uint32(seed * _SEEDMUL & _M32)
+        x = x ^ (x >> 16)
+        x = x * jnp.uint32(_C1)
+        x = x ^ (x >> 13)
+        x = x * jnp.uint32(_C2)
+        x = x ^ (x >> 16)
+        v = (x >> 8).astype(jnp.float32) * jnp.float32(2.0 ** -22) - jnp.float32(2.0)
+        return v.astype(jnp.bfloat16).reshape(shape)
+
+    return gen()
+
+
+def block_table_np(cfg):
+    rng = np.random.default_rng(1000 + cfg.R * 131 + cfg.L)
+    return rng.permutation(cfg.blocks).reshape(cfg.R, cfg.pages).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _median(xs):
+    return float(statistics.median(xs)) if xs else float("nan")
+
+
+def _emit(kind, payload=""):
+    print(f"@@{kind} {payload}", flush=True)
+
+
+def _log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def _save(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- JAX worker
+def jax_worker(args):
+    import jax
+    import jax.numpy as jnp
+
+    import jax_muse_attn
+    from jax_muse_attn import _validate, reference
+    from jax_muse_attn.attention import default_num_splits, resolve_backend
+
+    dev = jax.devices()[0]
+    kind, platform = resolve_backend("auto")
+    configs = select_configs(args.configs, args.quick, "cpu" if platform == "cpu" else "gpu")
+    _emit("plan", ",".join(c.name for c in configs))
+    res = dict(mode=args.worker, xla_flags=os.environ.get("XLA_FLAGS", ""), jax=jax.__version__,
+               jaxlib=_jaxlib_version(),
+               backend=jax.default_backend(), platform=platform, device_kind=dev.device_kind,
+               handlers=list(jax_muse_attn.registered_platforms()), auto_backend=kind,
+               configs={}, floors={}, errors=[])
+    _save(args.result_file, res)
+    gpu = platform != "cpu"
+    flush_bytes = FLUSH_BYTES_GPU if gpu else FLUSH_BYTES_CPU
+
+    def wall(f, *a):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f(*a))
+        return time.perf_counter() - t0
+
+    def chain_time(f1, fN, n, a, repeats, warm=2):
+        for _ in range(warm):
+            wall(f1, *a), wall(fN, *a)
+        t1s, tns = [], []
+        for _ in range(repeats):
+            t1s.append(wall(f1, *a))
+            tns.append(wall(fN, *a))
+        per = [(b - c) / (n - 1) * 1e6 for b, c in zip(tns, t1s)]
+        return dict(per_call_us=_median(per), per_call_us_of_medians=(_median(tns) - _median(t1s)) / (n - 1) * 1e6,
+                    n=n, t1_s=t1s, tN_s=tns)
+
+    def pick_n(f1, a, cap):
+        est = _median([wall(f1, *a) for _ in range(5)])
+        return int(max(4, min(cap, args.target_ms * 1e-3 / max(est, 1e-6))))
+
+    # ---- floors
+    try:
+        small = jnp.zeros((1,), jnp.float32)
+        f = jax.jit(lambda x: x + 1)
+        for _ in range(5):
+            wall(f, small)
+        res["floors"]["jax_dispatch_tiny_jit_us"] = _median([wall(f, small) for _ in range(50)]) * 1e6
+        n1 = (1 << 30) if gpu else (16 << 20)
+        xs = [jnp.zeros((n1 // 4,), jnp.float32), jnp.zeros((2 * n1 // 4,), jnp.float32)]
+        ts = [[], []]
+        for rep in range(args.repeats + 3):
+            for j in (0, 1):
+                t = wall(f, xs[j])
+                if rep >= 3:
+                    ts[j].append(t)
+        dt = _median(ts[1]) - _median(ts[0])
+        res["floors"]["jax_copy"] = dict(bytes_small=n1, bytes_large=2 * n1, t_small_s=ts[0], t_large_s=ts[1],
+                                         GBps=2 * n1 / dt / 1e9 if dt > 0 else None,
+                                         how="x+1 fusion, (t(2 GiB) - t(1 GiB)), read + write counted")
+        del xs
+    except Exception as e:  # pragma: no cover
+        res["errors"].append(f"floors jax_copy: {e!r}")
+    try:
+        c0 = Config(256, 1)
+        kv0 = jax_hash_array((c0.blocks, H_KV, PAGE, 2 * D), SEED_KV)
+        q0 = jax_hash_array((NQ * c0.R, H_Q, D), SEED_Q)
+        bt0, sl0 = jnp.asarray(block_table_np(c0)), jnp.full((c0.R,), c0.L, jnp.int32)
+
+        def noop(x):
+            return jax_muse_attn.verify_attention(x, kv0, bt0, sl0, scale=SCALE, num_reqs=0, backend="ffi")
+
+        f1 = jax.jit(lambda x: noop(x))
+
+        def fn(x):
+            for _ in range(args.chain):
+                x = noop(x)
+            return x
+
+        r = chain_time(f1, jax.jit(fn), args.chain, (q0,), args.repeats)
+        res["floors"]["ours_noop_call"] = dict(r, how="verify_attention(num_reqs=0): a custom call that reads nothing")
+    except Exception as e:
+        res["errors"].append(f"floors ours_noop_call: {e!r}")
+    _save(args.result_file, res)
+
+    buf = jnp.ones((flush_bytes // 4,), jnp.float32)  # f32: no convert that XLA could hoist and share
+    ok_stats = jax.jit(lambda o, r: (jnp.max(jnp.abs(o.astype(jnp.float32) - r.astype(jnp.float32))),
+                                     jnp.sum(~(jnp.abs(o.astype(jnp.float32) - r.astype(jnp.float32))
+                                               <= ATOL + RTOL * jnp.abs(r.astype(jnp.float32))))))
+
+    for cfg in configs:
+        rec = dict(config=cfg.as_dict())
+        res["configs"][cfg.name] = rec
+        if args.deadline_at and time.time() > args.deadline_at:
+            rec["status"] = "skipped"
+            _save(args.result_file, res)
+            _emit("step", f"{cfg.name} skipped (--budget-s)")
+            continue
+        try:
+            kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV)
+            q = jax_hash_array((NQ * cfg.R, H_Q, D), SEED_Q)
+            bt = jnp.asarray(block_table_np(cfg))
+            sl = jnp.full((cfg.R,), cfg.L, jnp.int32)
+            w = cfg.window
+            shapes = _validate.check_inputs(q, kv, bt, sl, scale=SCALE, window=w, tokens_per_request=NQ)
+            rec["num_splits"] = default_num_splits(shapes, platform)
+
+            def ours(x, kv, bt, sl, w=w):
+                return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, backend="ffi")
+
+            def ref(x, kv, bt, sl, w=w):
+                return reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w)
+
+            def chain(step, n):
+                def f(x, kv, bt, sl):
+                    outs = []
+                    for _ in range(n):
+                        x = step(x, kv, bt, sl)
+                        outs.append(x)
+                    return tuple(outs)
+                return jax.jit(f)
+
+            def cold_chain(n, with_call):
+                def f(x, buf, kv, bt, sl):
+                    outs = []
+                    for _ in range(n):
+                        c = x.reshape(-1)[0].astype(jnp.float32) * 0.0  # flush after the previous call
+                        s = jnp.sum(buf + c)  # reads the whole buffer (c makes each flush distinct)
+                        x = x + (s * 0.0).astype(x.dtype)  # the call after the flush
+                        if with_call:
+                            x = ours(x, kv, bt, sl)
+                        outs.append(x)
+                    return tuple(outs)
+                return jax.jit(f)
+
+            ref1 = jax.jit(ref)
+            check = dict(ok=True, max_abs_err=0.0, n_bad=0, outputs_checked=0)
+
+            def check_chain(x0, outs):
+                ins = (x0,) + tuple(outs[:-1])
+                for xi, oi in zip(ins, outs):
+                    m, nb = ok_stats(oi, ref1(xi, kv, bt, sl))
+                    m, nb = float(m), int(nb)
+                    check["max_abs_err"] = max(check["max_abs_err"], m) if math.isfinite(m) else float("nan")
+                    check["n_bad"] += nb
+                    check["outputs_checked"] += 1
+                    if nb or not math.isfinite(m):
+                        check["ok"] = False
+
+            a = (q, kv, bt, sl)
+            f1 = chain(ours, 1)
+            check_chain(q, f1(*a))
+            n = pick_n(f1, a, args.chain) if check["ok"] else 0
+            fN = chain(ours, n) if check["ok"] else None
+            if check["ok"]:
+                check_chain(q, fN(*a))
+            nc = min(args.cold_chain, max(n, 2))
+            fc = cold_chain(nc, True) if check["ok"] else None
+            if check["ok"]:
+                check_chain(q, fc(q, buf, kv, bt, sl))
+            rec["check"] = check
+            if not check["ok"]:
+                _log(f"[{args.worker}] {cfg.name}: CHECK FAILED {check}")
+                rec["status"] = "FAIL"
+            else:
+                rec["status"] = "ok"
+                rec["ours"] = chain_time(f1, fN, n, a, args.repeats)
+                ff = cold_chain(nc, False)
+                ac = (q, buf, kv, bt, sl)
+                for _ in range(2):
+                    wall(fc, *ac), wall(ff, *ac)
+                tfc, tff = [], []
+                for _ in range(args.repeats):
+                    tfc.append(wall(fc, *ac))
+                    tff.append(wall(ff, *ac))
+                rec["ours_cold"] = dict(per_call_us=(_median(tfc) - _median(tff)) / nc * 1e6, n=nc,
+                                        flush_bytes=flush_bytes, flush_and_call_s=tfc, flush_only_s=tff,
+                                        flush_only_chain_us_per_flush=_median(tff) / nc * 1e6)
+                if args.time_reference:
+                    r1 = chain(ref, 1)
+                    nr = pick_n(r1, a, args.ref_chain)
+                    rec["reference"] = chain_time(r1, chain(ref, nr), nr, a, args.repeats)
+        except Exception as e:
+            rec["status"] = "ERROR"
+            rec["error"] = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+            _log(f"[{args.worker}] {cfg.name}: ERROR {rec['error']}")
+        _save(args.result_file, res)
+        us = rec.get("ours", {}).get("per_call_us")
+        _emit("step", f"{cfg.name} {rec['status']}" + (f" {us:.1f} us" if us is not None else ""))
+    return 0
+
+
+def _jaxlib_version():
+    try:
+        import jaxlib
+
+        return jaxlib.__version__
+    except Exception:  # pragma: no cover
+        return None
+
+
+def torch_hash_array(shape, seed, dev):
+    """jax_hash_array's values as a torch bf16 tensor (int64 arithmetic, in chunks)."""
+    import torch
+
+    total = int(np.prod(shape))
+    out = torch.empty(total, dtype=torch.bfloat16, device=dev)
+    step = 1 << 26
+    for s0 in range(0, total, step):
+        i = torch.arange(s0, min(total, s0 + step), dtype=torch.int64, device=dev)
+        v = hash_values_int64(i, seed).to(torch.float32) * (2.0 ** -22) - 2.0
+        out[s0:s0 + i.numel()] = v.to(torch.bfloat16)
+    return out.view(*shape)
+
+
+def torch_reference(q, k, v, bt, cfg):
+    """fp32 verify attention over NHD K / V caches [blocks, 16, Hkv, D] (checks FlashInfer)."""
+    import torch
+
+    dev = q.device
+    outs = []
+    for r in range(cfg.R):
+        pages = bt[r].long()
+        kk = k[pages].reshape(-1, H_KV, D)[: cfg.L].float()
+        vv = v[pages].reshape(-1, H_KV, D)[: cfg.L].float()
+        qr = q[r * NQ:(r + 1) * NQ].float().view(NQ, H_KV, H_Q // H_KV, D)
+        s = torch.einsum("tkgd,skd->kgts", qr, kk) * SCALE
+        qpos = cfg.L - NQ + torch.arange(NQ, device=dev)
+        kpos = torch.arange(cfg.L, device=dev)
+        m = kpos[None, :] <= qpos[:, None]
+        if cfg.window is not None:
+            m &= (qpos[:, None] - kpos[None, :]) < cfg.window
+        p = torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)
+        outs.append(torch.einsum("kgts,skd->tkgd", p, vv).reshape(NQ, H_Q, D))
+    return torch.cat(outs, 0)
+
+
+def nhd_caches(kv):
+    """Our [blocks, Hkv, 16, 2D] cache -> FlashInfer's NHD (K, V), each [blocks, 16, Hkv, D]."""
+    return (kv[..., :D].permute(0, 2, 1, 3).contiguous(), kv[..., D:].permute(0, 2, 1, 3).contiguous())
+
+
+# ----------------------------------------------------------------------------- torch worker
+def torch_worker(args):
+    res = dict(mode="torch", configs={}, floors={}, errors=[])
+    configs = [parse_config(n) for n in args.configs.split(",") if n]
+    try:
+        import torch
+    except Exception as e:
+        res["unavailable"] = f"torch not importable: {e!r}"
+        _save(args.result_file, res)
+        return 0
+    res["torch"] = torch.__version__
+    if not torch.cuda.is_available():
+        res["unavailable"] = "torch sees no CUDA device"
+        _save(args.result_file, res)
+        return 0
+    dev = torch.device("cuda")
+    res["device"] = torch.cuda.get_device_name()
+
+    def ev():
+        return torch.cuda.Event(enable_timing=True)
+
+    # ---- floors (as in the anchors)
+    try:
+        n = 1 << 30
+        src = torch.empty(n // 4, dtype=torch.float32, device=dev).uniform_()
+        dst = torch.empty_like(src)
+        for _ in range(3):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(20):
+            s, e = ev(), ev()
+            s.record()
+            dst.copy_(src)
+            e.record()
+            e.synchronize()
+            ts.append(s.elapsed_time(e) * 1e3)
+        res["floors"]["torch_copy"] = dict(bytes=n, us=ts, GBps=2 * n / (_median(ts) * 1e-6) / 1e9,
+                                           how="1 GiB dst.copy_(src), read + write counted")
+        del src, dst
+        torch.cuda.empty_cache()
+        x = torch.zeros(1, device=dev)
+        g1, g100 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        x.add_(1)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g1):
+            x.add_(1)
+        with torch.cuda.graph(g100):
+            for _ in range(100):
+                x.add_(1)
+        for _ in range(10):
+            g1.replay(), g100.replay()
+        torch.cuda.synchronize()
+        thr, ink = [], []
+        for _ in range(10):
+            s, e = ev(), ev()
+            s.record()
+            for _ in range(200):
+                g1.replay()
+            e.record()
+            e.synchronize()
+            thr.append(s.elapsed_time(e) * 1e3 / 200)
+            s, e = ev(), ev()
+            s.record()
+            g100.replay()
+            e.record()
+            e.synchronize()
+            ink.append(s.elapsed_time(e) * 1e3 / 100)
+        res["floors"]["torch_empty_kernel"] = dict(graph1_back_to_back_us=_median(thr),
+                                                   per_kernel_in_graph100_us=_median(ink))
+    except Exception as e:
+        res["errors"].append(f"torch floors: {e!r}")
+    _save(args.result_file, res)
+
+    try:
+        t0 = time.time()
+        import flashinfer as fi
+
+        res["flashinfer"] = dict(version=getattr(fi, "__version__", "?"), file=fi.__file__,
+                                 import_s=time.time() - t0)
+    except Exception as e:
+        res["unavailable"] = f"flashinfer not importable: {e!r}"
+        _save(args.result_file, res)
+        for c in configs:
+            _emit("step", f"{c.name} unavailable")
+        return 0
+    flush = torch.empty((512 << 20) // 4, dtype=torch.float32, device=dev).uniform_()
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+
+    for cfg in configs:
+        rec = dict(config=cfg.as_dict())
+        res["configs"][cfg.name] = rec
+        if args.deadline_at and time.time() > args.deadline_at:
+            rec["status"] = "skipped"
+            _save(args.result_file, res)
+            _emit("step", f"{cfg.name} skipped (--budget-s)")
+            continue
+        try:
+            kv = torch_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV, dev)
+            k, v = nhd_caches(kv)
+            del kv
+            q = torch_hash_array((NQ * cfg.R, H_Q, D), SEED_Q, dev)
+            bt = torch.from_numpy(block_table_np(cfg)).to(dev)
+            R, P = cfg.R, cfg.pages
+            qo_indptr = torch.arange(R + 1, dtype=torch.int32, device=dev) * NQ
+            kv_indptr = torch.arange(R + 1, dtype=torch.int32, device=dev) * P
+            kv_indices = bt.reshape(-1).contiguous()
+            last = torch.full((R,), cfg.L - (P - 1) * PAGE, dtype=torch.int32, device=dev)
+            bufs = dict(qo_indptr_buf=torch.empty(R + 1, dtype=torch.int32, device=dev),
+                        paged_kv_indptr_buf=torch.empty(R + 1, dtype=torch.int32, device=dev),
+                        paged_kv_indices_buf=torch.empty(kv_indices.numel(), dtype=torch.int32, device=dev),
+                        paged_kv_last_page_len_buf=torch.empty(R, dtype=torch.int32, device=dev))
+            wr = fi.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_cuda_graph=True,
+                                                        backend="fa2", **bufs)
+            wr.plan(qo_indptr, kv_indptr, kv_indices, last, H_Q, H_KV, D, PAGE, causal=True,
+                    sm_scale=SCALE, window_left=(cfg.window - 1) if cfg.window else -1,
+                    q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16, uniform_q_len=NQ)
+            out = torch.full((NQ * R, H_Q, D), float("nan"), dtype=torch.bfloat16, device=dev)
+
+            def fn():
+                wr.run(q, (k, v), out=out)
+
+            fn()
+            torch.cuda.synchronize()
+            want = torch_reference(q, k, v, bt, cfg)
+            err = (out.float() - want).abs()
+            bad = int((~(err <= ATOL + RTOL * want.abs())).sum())
+            rec["check"] = dict(ok=bad == 0, n_bad=bad, max_abs_err=float(err.max()),
+                                relerr=float((out.float() - want).norm() / want.norm()))
+            del want, err
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    fn()
+            torch.cuda.current_stream().wait_stream(s)
+            torch.cuda.synchronize()
+            g_hot, g_one = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g_hot):
+                for _ in range(20):
+                    fn()
+            with torch.cuda.graph(g_one):
+                fn()
+            for _ in range(3):
+                g_hot.replay(), g_one.replay()
+            torch.cuda.synchronize()
+            hot, cold = [], []
+            for _ in range(max(args.repeats, 10)):
+                a, b = ev(), ev()
+                a.record()
+                g_hot.replay()
+                b.record()
+                b.synchronize()
+                hot.append(a.elapsed_time(b) * 1e3 / 20)
+            for _ in range(max(args.repeats, 20)):
+                flush.sum(dtype=torch.float32)
+                a, b = ev(), ev()
+                a.record()
+                g_one.replay()
+                b.record()
+                b.synchronize()
+                cold.append(a.elapsed_time(b) * 1e3)
+            rec.update(status="ok", hot_us=_median(hot), cold_us=_median(cold), hot_samples_us=hot,
+                       cold_samples_us=cold, resolved_backend=getattr(wr, "_backend", None))
+            del g_hot, g_one
+        except Exception as e:
+            rec["status"] = "ERROR"
+            rec["error"] = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+            _log(f"[torch] {cfg.name}: ERROR {rec['error']}")
+        finally:
+            q = k = v = out = None
+            torch.cuda.empty_cache()
+        _save(args.result_file, res)
+        _emit("step", f"{cfg.name} {rec['status']}" + (f" FI hot {rec['hot_us']:.1f} us" if 'hot_us' in rec else ""))
+    return 0
+
+
+# ----------------------------------------------------------------------------- parent
+class _Progress:
+    def __init__(self):
+        try:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=0, unit="step", file=sys.stderr, dynamic_ncols=True)
+        except Exception:
+            self.bar = None
+        self.n = self.total = 0
+
+    def add_total(self, k):
+        self.total += k
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
+    def step(self, msg):
+        self.n += 1
+        if self.bar is not None:
+            self.bar.set_postfix_str(msg[:60])
+            self.bar.update(1)
+        else:
+            print(f"[{self.n}/{self.total}] {msg}", file=sys.stderr, flush=True)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run_worker(mode, args, names, progress, tmpdir, env_extra):
+    path = os.path.join(tmpdir, f"{mode}.json")
+    cmd = [sys.executable, "-m", "jax_muse_attn.bench", "--worker", mode, "--result-file", path,
+           "--repeats", str(args.repeats), "--chain", str(args.chain), "--ref-chain", str(args.ref_chain),
+           "--cold-chain", str(args.cold_chain), "--target-ms", str(args.target_ms)]
+    deadline = env_extra.pop("_deadline_at", None)
+    if deadline:
+        cmd += ["--deadline-at", repr(deadline)]
+    if names is not None:
+        cmd += ["--configs", ",".join(names)]
+    else:
+        if args.configs:
+            cmd += ["--configs", args.configs]
+        if args.quick:
+            cmd += ["--quick"]
+    if env_extra.pop("_time_reference", False):
+        cmd += ["--time-reference"]
+    env = dict(os.environ, **env_extra)
+    plan = None
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
+    for line in p.stdout:
+        line = line.rstrip("\n")
+        if line.startswith("@@plan "):
+            plan = [n for n in line[7:].split(",") if n]
+            if names is None:
+                progress.add_total(len(plan) * len(args.mode_list))
+        elif line.startswith("@@step "):
+            progress.step(f"{mode}: {line[7:]}")
+        else:
+            print(line, file=sys.stderr)
+    rc = p.wait()
+    try:
+        with open(path) as f:
+            out = json.load(f)
+    except Exception as e:
+        out = dict(mode=mode, configs={}, floors={}, errors=[f"no result file: {e!r}"])
+    out["returncode"] = rc
+    out["wall_s"] = time.time() - t0
+    if rc != 0:
+        out.setdefault("errors", []).append(f"worker {mode} exited with {rc}")
+    return out, plan
+
+
+def _device_name(kind):
+    s = (kind or "unknown").lower().replace("nvidia", "").strip()
+    return re.sub(r"[^a-z0-9]+", "_", s).strip("_") or "unknown"
+
+
+def _fmt(x, nd=1):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    return f"{x:.{nd}f}"
+
+
+def build_summary(cfgs, modes, torch_res):
+    """Per-config figures the table and plot use (also stored in the JSON)."""
+    floors = {}
+    for m, r in modes.items():
+        for k, v in r.get("floors", {}).items():
+            floors[f"{k}[{m}]"] = v
+    for k, v in (torch_res or {}).get("floors", {}).items():
+        floors[k] = v
+    copy_gbps = (torch_res or {}).get("floors", {}).get("torch_copy", {}).get("GBps")
+    copy_src = "torch_copy"
+    if copy_gbps is None:
+        for m, r in modes.items():
+            copy_gbps = r.get("floors", {}).get("jax_copy", {}).get("GBps")
+            copy_src = f"jax_copy[{m}]"
+            if copy_gbps:
+                break
+    rows = []
+    for c in cfgs:
+        row = dict(config=c.name, kv_mb=c.kv_bytes / 1e6, kv_bytes=c.kv_bytes, L=c.L, R=c.R, window=c.window)
+        status = []
+        for m, r in modes.items():
+            rc = r.get("configs", {}).get(c.name, {})
+            status.append(rc.get("status", "missing"))
+            row[f"ours_{m}_us"] = rc.get("ours", {}).get("per_call_us")
+            row[f"ours_cold_{m}_us"] = rc.get("ours_cold", {}).get("per_call_us")
+            row[f"check_{m}"] = rc.get("check")
+            if "reference" in rc:
+                row["reference_us"] = rc["reference"]["per_call_us"]
+        row["status"] = ("ok" if all(s == "ok" for s in status) else "FAIL" if "FAIL" in status
+                         else "ERROR" if "ERROR" in status else "/".join(sorted(set(status))))
+        first = next(iter(modes), None)
+        t = row.get(f"ours_{first}_us") if first else None
+        row["ours_GBps"] = c.kv_bytes / (t * 1e-6) / 1e9 if t and t > 0 else None
+        row["pct_copy"] = 100 * row["ours_GBps"] / copy_gbps if row["ours_GBps"] and copy_gbps else None
+        fr = (torch_res or {}).get("configs", {}).get(c.name, {})
+        row["fi_hot_us"], row["fi_cold_us"] = fr.get("hot_us"), fr.get("cold_us")
+        row["fi_check"] = fr.get("check")
+        row["ratio_to_fi_hot"] = t / row["fi_hot_us"] if t and row["fi_hot_us"] else None
+        for k in ("reference_us", "fi_hot_us", "fi_cold_us"):
+            v = row.get(k)
+            row[k.replace("_us", "_GBps")] = c.kv_bytes / (v * 1e-6) / 1e9 if v and v > 0 else None
+        rows.append(row)
+    return rows, floors, dict(GBps=copy_gbps, source=copy_src if copy_gbps else None)
+
+
+def format_table(rows, mode_names, copy):
+    m0 = mode_names[0]
+    hdr = ["config", "KV MB"] + [f"ours {m} µs" for m in mode_names] + [
+        "GB/s", "% copy", "×FI hot", "FI hot µs", "FI cold µs", "ours cold µs", "ref µs", "check"]
+    lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
+    for r in rows:
+        fail = r["status"] != "ok"
+        cells = [r["config"], _fmt(r["kv_mb"])]
+        cells += ["FAIL" if fail and r.get(f"check_{m}") and not r[f"check_{m}"].get("ok") else _fmt(r.get(f"ours_{m}_us"))
+                  for m in mode_names]
+        fic = r.get("fi_check")
+        cells += [_fmt(r.get("ours_GBps"), 0), _fmt(r.get("pct_copy"), 0), _fmt(r.get("ratio_to_fi_hot"), 2),
+                  _fmt(r.get("fi_hot_us")) + ("" if not fic or fic.get("ok") else " (FI wrong)"),
+                  _fmt(r.get("fi_cold_us")), _fmt(r.get(f"ours_cold_{m0}_us")), _fmt(r.get("reference_us")),
+                  r["status"]]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append(f"copy bandwidth floor: {_fmt(copy.get('GBps'), 0)} GB/s ({copy.get('source')}); "
+                 f"GB/s and % copy from ours with command buffers {m0}; ×FI hot = ours {m0} / FlashInfer hot.")
+    return "\n".join(lines)
+
+
+def make_plot(rows, path, mode_names):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as e:
+        return f"plot skipped: matplotlib not importable ({e!r})"
+    impls = [(f"ours_{m}_us", f"ours (cmdbuf {m})") for m in mode_names] + [
+        (f"ours_cold_{mode_names[0]}_us", "ours cold"), ("fi_hot_us", "FlashInfer fa2 hot"),
+        ("fi_cold_us", "FlashInfer fa2 cold"), ("reference_us", "jnp reference")]
+    rs = sorted({r["R"] for r in rows})
+    fig, axes = plt.subplots(2, len(rs), figsize=(4 * len(rs), 7), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    used = set()
+    for j, R in enumerate(rs):
+        sub = [r for r in rows if r["R"] == R]
+        for k, (key, label) in enumerate(impls):
+            col = colors[k % len(colors)]
+            for row_i, conv in ((0, lambda r, t: t), (1, lambda r, t: r["kv_bytes"] / (t * 1e-6) / 1e9)):
+                ax = axes[row_i][j]
+                full = sorted([r for r in sub if r["window"] is None and r.get(key)], key=lambda r: r["L"])
+                if full:
+                    ax.plot([r["L"] for r in full], [conv(r, r[key]) for r in full], "o-", color=col)
+                    used.add(k)
+                swa = [r for r in sub if r["window"] is not None and r.get(key)]
+                if swa:
+                    ax.plot([r["L"] for r in swa], [conv(r, r[key]) for r in swa], "*", color=col, ms=12)
+                    used.add(k)
+        for row_i, yl in ((0, "µs per call"), (1, "GB/s (KV bytes read / time)")):
+            ax = axes[row_i][j]
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("context (keys)")
+            ax.set_ylabel(yl)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0][j].set_title(f"R = {R}")
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=colors[k % len(colors)], marker="o", label=impls[k][1]) for k in sorted(used)]
+    if handles:
+        fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
+    fig.suptitle("verify attention, 16/2 heads, D 64, 8 tokens a request (lines: full attention; "
+                 "★: SWA, window 2048 on the grid)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.96))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def parent(args):
+    progress = _Progress()
+    os.makedirs(args.out, exist_ok=True)
+    started = datetime.datetime.now().isoformat(timespec="seconds")
+    modes, plan, errors = {}, None, []
+    t_start = time.time()
+    # --budget-s: each JAX worker gets an equal share of 80 %, the torch worker the rest (a
+    # worker skips the configs it has no time left for, so a run fits a wall-clock limit).
+    shares = [0.8 / len(args.mode_list)] * len(args.mode_list) + [0.2]
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, m in enumerate(args.mode_list):
+            extra = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + MODES[m]).strip()}
+            if args.budget_s:
+                extra["_deadline_at"] = t_start + args.budget_s * sum(shares[: i + 1])
+            if i == 0:
+                extra["_time_reference"] = True
+            res, p = _run_worker(m, args, plan, progress, tmp, extra)
+            if plan is None:
+                plan = p
+            modes[m] = res
+            errors += [f"[{m}] {e}" for e in res.get("errors", [])]
+        torch_res = None
+        if plan is None:
+            plan = []
+        if args.no_flashinfer:
+            torch_res = dict(unavailable="skipped (--no-flashinfer)")
+        elif importlib.util.find_spec("torch") is None:
+            torch_res = dict(unavailable="torch not importable")
+        elif all(r.get("platform") == "cpu" for r in modes.values()):
+            torch_res = dict(unavailable="JAX runs on CPU: FlashInfer and GPU floors not run")
+        else:
+            progress.add_total(len(plan))
+            extra = {}
+            if args.flashinfer_path and os.path.isdir(args.flashinfer_path):  # torch worker only
+                extra["PYTHONPATH"] = os.pathsep.join(
+                    [args.flashinfer_path] + [x for x in [os.environ.get("PYTHONPATH")] if x])
+            if args.budget_s:
+                extra["_deadline_at"] = t_start + args.budget_s
+            torch_res, _ = _run_worker("torch", args, plan, progress, tmp, extra)
+            errors += [f"[torch] {e}" for e in torch_res.get("errors", [])]
+            while progress.n < progress.total:
+                progress.step("torch: " + str(torch_res.get("unavailable", "done")))
+    progress.close()
+
+    cfgs = [parse_config(n) for n in plan]
+    env = next(iter(modes.values()), {})
+    name = args.name or _device_name(env.get("device_kind") if env.get("platform") != "cpu" else "cpu")
+    rows, floors, copy = build_summary(cfgs, modes, torch_res)
+    # Exit 1 on a failed check, an error or a crashed worker; configs skipped for --budget-s only warn.
+    ok = bool(cfgs) and all(set(r["status"].split("/")) <= {"ok", "skipped"} for r in rows) and not any(
+        r.get("returncode") for r in modes.values())
+    skipped = [r["config"] for r in rows if r["status"] != "ok" and "skipped" in r["status"]]
+    table = format_table(rows, list(modes), copy)
+    fl = []
+    for k, v in floors.items():
+        if isinstance(v, dict):
+            for kk in ("GBps", "per_call_us", "graph1_back_to_back_us", "per_kernel_in_graph100_us"):
+                if v.get(kk) is not None:
+                    fl.append(f"{k} {kk}={_fmt(v[kk], 2)}")
+        else:
+            fl.append(f"{k}={_fmt(v, 2)}")
+    fi_state = torch_res.get("unavailable") or f"FlashInfer {torch_res.get('flashinfer', {}).get('version', '?')}"
+    header = (f"device {env.get('device_kind')} ({env.get('platform')}), jax {env.get('jax')}, "
+              f"{fi_state}, repeats {args.repeats}")
+    text = "\n".join([header, "", table, "", "floors: " + "; ".join(fl)] + (["", "errors:"] + errors if errors else []))
+    print(text)
+    out = dict(meta=dict(started=started, finished=datetime.datetime.now().isoformat(timespec="seconds"),
+                         argv=sys.argv, args={k: v for k, v in vars(args).items()}, name=name,
+                         modes={m: MODES[m] for m in modes}, tolerance=dict(atol=ATOL, rtol=RTOL),
+                         method=__doc__),
+               configs=[c.as_dict() for c in cfgs], summary=rows, floors=floors, copy_floor=copy,
+               workers=dict(modes, torch=torch_res), errors=errors, skipped=skipped,
+               all_checks_passed=ok)
+    jpath = os.path.join(args.out, f"{name}.json")
+    _save(jpath, out)
+    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
+        f.write(text + "\n")
+    msg = make_plot(rows, os.path.join(args.out, f"{name}.png"), list(modes))
+    print(msg or f"wrote {jpath}, {name}.md, {name}.png in {args.out}")
+    if skipped:
+        print(f"{len(skipped)} config(s) not measured in every mode (--budget-s ran out): {', '.join(skipped)}")
+    print("ALL CHECKS PASSED" if ok else "SOME CHECKS FAILED (or a config errored, or a worker crashed): exit 1")
+    return 0 if ok else 1
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(prog="python -m jax_muse_attn.bench", description=__doc__.split("\n")[0])
+    ap.add_argument("--configs", default="", help="comma-separated config names or fnmatch patterns "
+                    "(e.g. 'full128k-*,swa32k-r1'); default all of the grid")
+    ap.add_argument("--quick", action="store_true",
+                    help="a small grid (GPU: 5 configs; CPU: 2 tiny configs)")
+    ap.add_argument("--out", default=os.path.join("benchmarks", "results"), help="output folder")
+    ap.add_argument("--name", default=None, help="file stem (default from the device kind, e.g. h200)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed repeats a measurement (median)")
+    ap.add_argument("--modes", default="on,off", help="command-buffer modes to run: on,off")
+    ap.add_argument("--chain", type=int, default=40, help="max calls N in a chain (ours)")
+    ap.add_argument("--ref-chain", type=int, default=10, help="max calls N in a reference chain")
+    ap.add_argument("--cold-chain", type=int, default=10, help="(flush, call) pairs in the cold chain")
+    ap.add_argument("--target-ms", type=float, default=30.0, help="N is cut so a chain runs about this long")
+    ap.add_argument("--no-flashinfer", action="store_true", help="skip the torch/FlashInfer worker")
+    ap.add_argument("--flashinfer-path", default="/tmp/site",
+                    help="folder put first on PYTHONPATH of the torch/FlashInfer worker only, where it "
+                         "exists (default /tmp/site, where the anchors' tarball is extracted)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="wall-clock budget: workers skip the configs left when their share runs out")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--deadline-at", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--result-file", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--time-reference", action="store_true", help=argparse.SUPPRESS)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.worker == "torch":
+        return torch_worker(args)
+    if args.worker:
+        return jax_worker(args)
+    args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in args.mode_list if m not in MODES]
+    if bad or not args.mode_list:
+        raise SystemExit(f"--modes: unknown {bad}; choose from {list(MODES)}")
+    return parent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

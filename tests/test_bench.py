@@ -1,0 +1,77 @@
+"""Smoke test of the benchmark (python -m jax_muse_attn.bench) on a one-config tiny grid."""
+
+import importlib.util
+import json
+
+from jax_muse_attn import bench
+
+
+def test_bench_smoke(tmp_path):
+    rc = bench.main(["--quick", "--configs", "full1k-r1", "--out", str(tmp_path), "--name", "smoke",
+                     "--repeats", "2", "--chain", "4", "--ref-chain", "3", "--cold-chain", "2",
+                     "--no-flashinfer"])
+    out = json.loads((tmp_path / "smoke.json").read_text())
+    assert rc == 0
+    assert out["all_checks_passed"] is True
+    assert {"meta", "configs", "summary", "floors", "copy_floor", "workers", "errors"} <= set(out)
+    assert [c["name"] for c in out["configs"]] == ["full1k-r1"]
+    assert set(out["workers"]) == {"on", "off", "torch"}
+    (row,) = out["summary"]
+    assert row["status"] == "ok"
+    for mode in ("on", "off"):
+        assert row[f"check_{mode}"]["ok"] and row[f"check_{mode}"]["outputs_checked"] >= 3
+        assert row[f"ours_{mode}_us"] is not None
+        assert out["workers"][mode]["configs"]["full1k-r1"]["ours"]["n"] >= 2
+    assert row["reference_us"] is not None
+    assert (tmp_path / "smoke.md").exists()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "smoke.png").stat().st_size > 0
+
+
+def test_config_names_round_trip():
+    grid = bench.full_grid()
+    assert len(grid) == 25
+    for c in grid + [bench.parse_config(n) for n in bench.QUICK_CPU]:
+        assert bench.parse_config(c.name).name == c.name
+    swa = bench.parse_config("swa32k-r1")
+    assert swa.window == 2048 and swa.keys_read == 2055
+    assert [c.name for c in bench.select_configs("full128k-*", False, "gpu")] == [
+        f"full128k-r{r}" for r in (1, 2, 4, 8, 16)]
+
+
+def test_hash_same_in_jax_and_int64():
+    import jax.numpy as jnp
+    import numpy as np
+
+    shape = (3, 2, 16, 8)
+    got = np.asarray(bench.jax_hash_array(shape, 1)).astype(np.float32)
+    i = np.arange(np.prod(shape), dtype=np.int64)  # the torch worker runs the same int64 code
+    v = bench.hash_values_int64(i, 1).astype(np.float32) * np.float32(2.0 ** -22) - np.float32(2.0)
+    want = np.asarray(jnp.asarray(v).astype(jnp.bfloat16)).astype(np.float32).reshape(shape)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_torch_side_matches_jax_side():
+    """The FlashInfer worker's data, layout conversion and check reference agree with ours."""
+    import numpy as np
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    import jax.numpy as jnp
+
+    from jax_muse_attn import reference
+
+    for cfg in (bench.parse_config("full256-r2"), bench.parse_config("swa512-w64-r2")):
+        shape = (cfg.blocks, bench.H_KV, bench.PAGE, 2 * bench.D)
+        kv_j = bench.jax_hash_array(shape, bench.SEED_KV)
+        q_j = bench.jax_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q)
+        kv_t = bench.torch_hash_array(shape, bench.SEED_KV, "cpu")
+        q_t = bench.torch_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q, "cpu")
+        np.testing.assert_array_equal(np.asarray(kv_j.astype(jnp.float32)), kv_t.float().numpy())
+        np.testing.assert_array_equal(np.asarray(q_j.astype(jnp.float32)), q_t.float().numpy())
+        bt = bench.block_table_np(cfg)
+        want = reference.verify_attention(q_j, kv_j, jnp.asarray(bt), jnp.full((cfg.R,), cfg.L, jnp.int32),
+                                          scale=bench.SCALE, window=cfg.window)
+        k, v = bench.nhd_caches(kv_t)
+        got = bench.torch_reference(q_t, k, v, torch.from_numpy(bt), cfg).numpy()
+        np.testing.assert_allclose(got, np.asarray(want.astype(jnp.float32)), atol=1e-2, rtol=2e-2)
