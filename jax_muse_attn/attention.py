@@ -12,8 +12,13 @@ from jax_muse_attn import _ffi, _partitioning, _validate, reference
 
 BACKENDS = ("auto", "ffi", "reference")
 
-# CTAs a GPU launch aims for, per multiprocessor, when it picks the split count.
+# CTAs a GPU launch aims for, per multiprocessor, when it picks the split count (the split
+# kernel's shared memory and registers allow 2 at D = 64 and D = 128 on an H100/H200).
 _CTAS_PER_SM = 2
+# Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
+_ROWS_PER_CTA = 64
+# ffi/muse_attn/geometry.h kMinTilesPerSegment: more splits than max_tiles / this stay empty.
+_MIN_TILES_PER_SEGMENT = 2
 # Segments a group on the CPU handler: enough to exercise the split/merge geometry.
 _CPU_SPLITS = 8
 
@@ -23,8 +28,11 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     if platform == "cpu":
         target = _CPU_SPLITS
     else:
-        target = -(-_CTAS_PER_SM * _ffi.multiprocessor_count() // shapes.groups)
-    return max(1, min(target, shapes.max_tiles))
+        # One wave of CTAs: rounding down keeps every CTA resident at once; rounding up would
+        # leave a few SMs with an extra CTA of the same length (a tail as long as the call).
+        ctas_per_split = shapes.groups * -(-shapes.rows // _ROWS_PER_CTA)
+        target = _CTAS_PER_SM * _ffi.multiprocessor_count() // ctas_per_split
+    return max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))
 
 
 def resolve_backend(backend: str) -> tuple[str, str]:

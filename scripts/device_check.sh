@@ -9,8 +9,11 @@
 #   selftest   compute-sanitizer on a planted OOB write / race: does the tool work here?
 #   memcheck   compute-sanitizer memcheck on scripts/sanitize_cases.py (SANITIZE_QUICK=1)
 #   racecheck  compute-sanitizer racecheck on the same
-#   bench      python -m jax_muse_attn.bench (needs FlashInfer extracted to /tmp/site for the peer)
+#   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
+#              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
 #   tp         scripts/tp_gpu_check.py (2 GPUs)
+# The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
+# step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
 set -u
 OUT="${OUT:-$PWD/device_out}"
 mkdir -p "$OUT"
@@ -24,10 +27,14 @@ run_step() {  # name limit_s command...
   local name=$1 limit=$2
   shift 2
   local t0=$SECONDS
-  (cd /tmp && timeout -s KILL "$limit" "$@") >"$OUT/$name.log" 2>&1
+  local log="$LOGS/$name.log"
+  (cd /tmp && timeout -s KILL "$limit" "$@") >"$log" 2>&1
   local rc=$?
-  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-100)")")
+  summary+=("$(printf '%-13s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - t0))" "$(tail -n 1 "$log" | cut -c1-100)")")
+  { echo "==== $name rc=$rc $((SECONDS - t0))s"; cat "$log"; } >>"$OUT/logs.txt"
+  echo "==== $name rc=$rc $((SECONDS - t0))s (last lines)"; tail -n "${TAIL_LINES:-8}" "$log" | cut -c1-300
 }
+LOGS=$(mktemp -d)
 
 for s in "${steps[@]}"; do
   case $s in
@@ -35,14 +42,19 @@ for s in "${steps[@]}"; do
     tests) run_step tests 330 python3 -m pytest -q -n 8 -p no:benchmark "$ROOT/tests" ;;
     cb) run_step cb 150 python3 "$ROOT/scripts/command_buffer_check.py" ;;
     selftest)
-      nvcc -arch=sm_90 -o /tmp/sanitizer_selftest "$ROOT/scripts/sanitizer_selftest.cu" >"$OUT/selftest_build.log" 2>&1
+      nvcc -arch=sm_90 -o /tmp/sanitizer_selftest "$ROOT/scripts/sanitizer_selftest.cu" >"$LOGS/selftest_build.log" 2>&1
       run_step selftest_mem 60 compute-sanitizer --tool memcheck /tmp/sanitizer_selftest
       run_step selftest_race 60 compute-sanitizer --tool racecheck /tmp/sanitizer_selftest ;;
     memcheck) XLA_PYTHON_CLIENT_ALLOCATOR=platform SANITIZE_QUICK=1 run_step memcheck 240 \
         compute-sanitizer --tool memcheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
     racecheck) SANITIZE_QUICK=1 run_step racecheck 240 \
         compute-sanitizer --tool racecheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
-    bench) run_step bench 560 python3 -m jax_muse_attn.bench --budget-s 520 --out "$OUT/bench" ;;
+    bench)
+      if [[ -f "$ROOT/.fi/flashinfer_site.tar.gz" && ! -d /tmp/site/flashinfer ]]; then
+        python3 -c "import tarfile; tarfile.open('$ROOT/.fi/flashinfer_site.tar.gz').extractall('/tmp/site', filter='fully_trusted')"
+      fi
+      # shellcheck disable=SC2086
+      run_step bench "${BENCH_LIMIT:-560}" python3 -m jax_muse_attn.bench ${BENCH_ARGS:---budget-s 520} --out "$OUT/bench" ;;
     tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
     *) echo "device_check: unknown step $s" >&2; exit 2 ;;
   esac

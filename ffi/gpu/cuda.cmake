@@ -21,6 +21,8 @@ if(NOT MUSE_ATTN_CUDA STREQUAL "OFF")
       find_package(CUDAToolkit REQUIRED)
       target_link_libraries(_muse_attn PRIVATE muse_attn_cuda CUDA::cudart_static)
       target_compile_definitions(_muse_attn PRIVATE MUSE_ATTN_WITH_CUDA)
+      # _muse_attn was created before CUDA was enabled, so it did not inherit the architectures.
+      set_target_properties(_muse_attn PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
       message(STATUS "jax_muse_attn: CUDA handler for sm_${CMAKE_CUDA_ARCHITECTURES}")
     endif()
   elseif(MUSE_ATTN_CUDA STREQUAL "ON")

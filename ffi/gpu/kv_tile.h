@@ -4,9 +4,10 @@
 // that are XOR-swizzled by the key (chunk c of key k sits at c ^ (k % 8)), so that the matrix
 // loads of 8 keys at one column hit 8 different bank groups.
 //
-// Staging (stage()): the cache holds, for each block and KV head, 16 key slots of [K | V]
-// (2 * D bf16), 4 KiB contiguous at D = 64; a tile is 4 pages. Each thread copies 16-byte
-// chunks, consecutive threads consecutive chunks of a page (coalesced). A key slot is copied
+// Staging (stage_tile()): the cache holds, for each block and KV head, 16 key slots of [K | V]
+// (2 * D bf16), 4 KiB contiguous at D = 64; a tile is 4 pages, whose block ids the caller has
+// loaded a tile earlier (load_tile_pages()). Each thread copies 16-byte chunks, consecutive
+// threads consecutive chunks of a page (coalesced). A key slot is copied
 // only when its page is live, its block id valid and the key inside [key_lo, seq_len)
 // (page_table.h); otherwise the chunk is zero-filled without reading the source, and
 // key_ok[key] = 0 tells the mask to drop the key.
@@ -49,29 +50,48 @@ struct KvSource {
   int kv_head;
 };
 
+// The cache blocks of one tile's 4 pages: -1 where the page is stale (its entry is not read)
+// or its id names no block. Loaded a tile ahead of its copies (load_tile_pages), so that the
+// copies never wait on a block-table read.
+struct TilePages {
+  int32_t block[kPagesPerTile];
+};
+
+__device__ __forceinline__ TilePages load_tile_pages(const KvSource& src, const RequestGeometry& g,
+                                                     int tile) {
+  TilePages tp;
+#pragma unroll
+  for (int i = 0; i < kPagesPerTile; ++i)
+    tp.block[i] = lookup_block(src.table_row, g, tile * kPagesPerTile + i, src.num_blocks);
+  return tp;
+}
+
 // Issues the copies of tile `tile` into `dst` (asynchronous on NVIDIA: commit + wait later).
 template <int D, int kThreads>
 __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource& src,
-                                           const RequestGeometry& g, int tile, int tid) {
+                                           const RequestGeometry& g, int tile,
+                                           const TilePages& pages, int tid) {
   constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
   constexpr int kChunks = kTileKeys * kChunksPerKey;
-  static_assert(kChunks % kThreads == 0, "the tile's chunks must spread evenly over threads");
+  constexpr int kKeysPerPass = kThreads / kChunksPerKey;
+  static_assert(kChunks % kThreads == 0 && kThreads % kChunksPerKey == 0,
+                "the tile's chunks must spread evenly over threads");
+  static_assert(kPageSize % kKeysPerPass == 0, "a pass must stay inside one page");
+  const int chunk = tid % kChunksPerKey;  // < D/8: K, else V
+  const bool is_v = chunk >= KvTile<D>::kChunksPerRow;
+  const int c = is_v ? chunk - KvTile<D>::kChunksPerRow : chunk;
+  char* const half = dst.base + (is_v ? kTileKeys * KvTile<D>::kRowBytes : 0);
 #pragma unroll
   for (int j = 0; j < kChunks / kThreads; ++j) {
-    const int idx = tid + j * kThreads;
-    const int key_in_tile = idx / kChunksPerKey;
-    const int chunk = idx % kChunksPerKey;  // < D/8: K, else V
+    const int key_in_tile = tid / kChunksPerKey + j * kKeysPerPass;
+    const int page = (j * kKeysPerPass) / kPageSize;  // compile-time after unrolling
     const int key = tile * kTileKeys + key_in_tile;
-    const int32_t block = lookup_block(src.table_row, g, key / kPageSize, src.num_blocks);
+    const int32_t block = pages.block[page];
     const bool present = block >= 0 && key >= g.key_lo && key < g.seq_len;
     const uint16_t* slot =
         src.kv + ((static_cast<int64_t>(block < 0 ? 0 : block) * src.num_kv_heads + src.kv_head) *
                       kPageSize + key % kPageSize) * (2 * D);
-    const bool is_v = chunk >= KvTile<D>::kChunksPerRow;
-    const int c = is_v ? chunk - KvTile<D>::kChunksPerRow : chunk;
-    char* out = dst.base + (is_v ? kTileKeys * KvTile<D>::kRowBytes : 0) +
-                KvTile<D>::offset(key_in_tile, 8 * c);
-    copy16(out, slot + chunk * 8, present);
+    copy16(half + KvTile<D>::offset(key_in_tile, 8 * c), slot + chunk * 8, present);
     if (chunk == 0) dst.key_ok()[key_in_tile] = present;
   }
 }

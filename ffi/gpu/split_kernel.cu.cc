@@ -19,17 +19,28 @@ namespace {
 
 constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kStages = 3;  // tiles in flight
+// Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (2 CTAs an SM keep
+// 128 KiB in flight), 3 x 32 KiB at D = 128. AMD: the LDS of a workgroup is 64 KiB on gfx942,
+// so 3 stages at D = 64 and 1 at D = 128 (the HIP copies go through registers anyway).
+template <int D>
+struct Stages {
+#if defined(MUSE_ATTN_HIP)
+  static constexpr int value = D == 64 ? 3 : 1;
+#else
+  static constexpr int value = D == 64 ? 4 : 3;
+#endif
+};
 
 template <int D>
 constexpr int split_smem_bytes() {
-  return kStages * KvTile<D>::kBytes;
+  return Stages<D>::value * KvTile<D>::kBytes;
 }
 
 template <int D>
 __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   extern __shared__ __align__(16) char smem[];
   using Warp = WarpAttention<D>;
+  constexpr int kStages = Stages<D>::value;
   constexpr int R = Warp::kRowsPerLane;
   constexpr int N = Warp::kScoresPerRow;
 
@@ -52,12 +63,22 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const KvSource src{p.kv, p.table + req * p.table_stride, p.num_blocks, p.num_kv_heads, kvh};
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
-  // Start the copies first; Q and the masks' bounds are set up while they fly.
+  // Start the copies first; Q and the masks' bounds are set up while they fly. The block ids of
+  // a tile are loaded one tile before its copies are issued (`next`), so no copy waits on a
+  // block-table read.
+  {
+    TilePages first[kStages > 1 ? kStages - 1 : 1];
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (t0 + s < t1) stage_tile<D, kThreads>(tile_at(s), src, g, t0 + s, tid);
-    copy_commit();
+    for (int s = 0; s < kStages - 1; ++s)
+      if (t0 + s < t1) first[s] = load_tile_pages(src, g, t0 + s);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (t0 + s < t1) stage_tile<D, kThreads>(tile_at(s), src, g, t0 + s, first[s], tid);
+      copy_commit();
+    }
   }
+  TilePages next{};
+  if (t0 + kStages - 1 < t1) next = load_tile_pages(src, g, t0 + kStages - 1);
 
   Warp w(lane);
   int qpos[R];
@@ -83,7 +104,9 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   for (int t = t0; t < t1; ++t) {
     const int it = t - t0;
     if (t + kStages - 1 < t1)
-      stage_tile<D, kThreads>(tile_at((it + kStages - 1) % kStages), src, g, t + kStages - 1, tid);
+      stage_tile<D, kThreads>(tile_at((it + kStages - 1) % kStages), src, g, t + kStages - 1,
+                              next, tid);
+    if (t + kStages < t1) next = load_tile_pages(src, g, t + kStages);  // lands during this tile
     copy_commit();
     copy_wait<kStages - 1>();
     __syncthreads();

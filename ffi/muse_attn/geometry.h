@@ -19,6 +19,9 @@ namespace muse_attn {
 inline constexpr int kPageSize = 16;                        // keys a KV-cache block (page)
 inline constexpr int kTileKeys = 64;                        // keys a tile
 inline constexpr int kPagesPerTile = kTileKeys / kPageSize;  // 4
+// A segment gets at least this many tiles when the request has them: a segment's partial state
+// (64 rows x D fp32) costs as many bytes to write and merge as a tile of K and V to read.
+inline constexpr int kMinTilesPerSegment = 2;
 
 MUSE_HD int min_i(int a, int b) { return a < b ? a : b; }
 MUSE_HD int max_i(int a, int b) { return a > b ? a : b; }
@@ -31,7 +34,7 @@ struct RequestGeometry {
   int key_lo;             // first key any token sees (the window of token 0), >= 0
   int tile_lo;            // first tile: key_lo / 64
   int tile_hi;            // one past the last tile: ceil(seq_len / 64)
-  int tiles_per_segment;  // >= 1
+  int tiles_per_segment;  // >= kMinTilesPerSegment
   int num_segments;       // segments that hold at least one tile, <= num_splits
 };
 
@@ -48,7 +51,7 @@ MUSE_HD RequestGeometry request_geometry(int raw_seq_len, int capacity, int num_
   g.tile_lo = g.key_lo / kTileKeys;
   g.tile_hi = ceil_div(g.seq_len, kTileKeys);
   const int num_tiles = max_i(g.tile_hi - g.tile_lo, 0);
-  g.tiles_per_segment = max_i(ceil_div(num_tiles, num_splits), 1);
+  g.tiles_per_segment = max_i(ceil_div(num_tiles, num_splits), kMinTilesPerSegment);
   g.num_segments = ceil_div(num_tiles, g.tiles_per_segment);
   return g;
 }
