@@ -1,6 +1,6 @@
 """Sharded checks of verify_attention on 8 host CPU devices, run by test_sharding.py in a
-subprocess (XLA_FLAGS must be set before jax initializes). Prints one JSON object:
-{check name: {"ok": bool, "detail": str}}. Usable by hand: python tests/sharding_worker.py
+subprocess (XLA_FLAGS must be set before jax initializes). Prints one line
+``MUSE_RESULTS {check name: {"ok": bool, "detail": str}}`` (JSON) after anything jax prints. Usable by hand: python tests/sharding_worker.py
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from jax_muse_attn import attention, sharding  # noqa: E402
 
 COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
 RESULTS: dict[str, dict] = {}
+RESULT_MARKER = "MUSE_RESULTS "  # jax may print to stdout too (jax 0.11 prints source locations)
 NQ, D, PAGE = 8, 64, 16
 
 
@@ -293,4 +294,4 @@ def _():
 
 
 if __name__ == "__main__":
-    json.dump(RESULTS, sys.stdout)
+    sys.stdout.write("\n" + RESULT_MARKER + json.dumps(RESULTS) + "\n")

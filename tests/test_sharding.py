@@ -46,7 +46,10 @@ def results():
                           text=True, timeout=600)
     if proc.returncode != 0:
         pytest.fail(f"sharding worker failed (rc {proc.returncode}):\n{proc.stderr[-4000:]}")
-    return json.loads(proc.stdout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("MUSE_RESULTS ")]
+    if not lines:
+        pytest.fail(f"sharding worker printed no MUSE_RESULTS line:\n{proc.stdout[-4000:]}")
+    return json.loads(lines[-1][len("MUSE_RESULTS "):])
 
 
 @pytest.mark.parametrize("name", CHECKS)

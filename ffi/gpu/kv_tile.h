@@ -4,13 +4,13 @@
 // that are XOR-swizzled by the key (chunk c of key k sits at c ^ (k % 8)), so that the matrix
 // loads of 8 keys at one column hit 8 different bank groups.
 //
-// Staging (stage_tile()): the cache holds, for each block and KV head, 16 key slots of [K | V]
+// Staging (TileStager): the cache holds, for each block and KV head, 16 key slots of [K | V]
 // (2 * D bf16), 4 KiB contiguous at D = 64; a tile is 4 pages, whose block ids the caller has
 // loaded a tile earlier (load_tile_pages()). Each thread copies 16-byte chunks, consecutive
-// threads consecutive chunks of a page (coalesced). A key slot is copied
-// only when its page is live, its block id valid and the key inside [key_lo, seq_len)
-// (page_table.h); otherwise the chunk is zero-filled without reading the source, and
-// key_ok[key] = 0 tells the mask to drop the key.
+// threads consecutive chunks of a page (coalesced). A key slot is copied only when its page is
+// live, its block id valid and the key inside [key_lo, seq_len) (page_table.h); otherwise the
+// chunk is zero-filled without reading the source. The kernel masks keys of absent pages from
+// TilePages::present_mask() (keys outside [key_lo, seq_len) are never visible to any row).
 #ifndef MUSE_ATTN_GPU_KV_TILE_H_
 #define MUSE_ATTN_GPU_KV_TILE_H_
 
@@ -26,7 +26,7 @@ template <int D>
 struct KvTile {
   static constexpr int kRowBytes = D * 2;
   static constexpr int kChunksPerRow = kRowBytes / 16;  // 8 (D = 64) or 16 (D = 128)
-  static constexpr int kBytes = 2 * kTileKeys * kRowBytes + kTileKeys;  // K, V, key_ok
+  static constexpr int kBytes = 2 * kTileKeys * kRowBytes;  // K, then V
 
   char* base;  // kBytes of shared memory
 
@@ -38,7 +38,6 @@ struct KvTile {
   __device__ const char* v_at(int key, int d) const {
     return base + kTileKeys * kRowBytes + offset(key, d);
   }
-  __device__ char* key_ok() const { return base + 2 * kTileKeys * kRowBytes; }
 };
 
 // Everything stage() needs to find the keys of one (request, KV head) group.
@@ -55,6 +54,14 @@ struct KvSource {
 // copies never wait on a block-table read.
 struct TilePages {
   int32_t block[kPagesPerTile];
+
+  // Bit i set: page i of the tile names a block (its keys may be present).
+  __device__ unsigned present_mask() const {
+    unsigned m = 0;
+#pragma unroll
+    for (int i = 0; i < kPagesPerTile; ++i) m |= (block[i] >= 0 ? 1u : 0u) << i;
+    return m;
+  }
 };
 
 __device__ __forceinline__ TilePages load_tile_pages(const KvSource& src, const RequestGeometry& g,
@@ -66,35 +73,63 @@ __device__ __forceinline__ TilePages load_tile_pages(const KvSource& src, const 
   return tp;
 }
 
-// Issues the copies of tile `tile` into `dst` (asynchronous on NVIDIA: commit + wait later).
+// Copies tiles from the paged cache into shared memory. Thread tid always copies the same
+// 16-byte chunk (K or V, column c) of keys key0 + j * kKeysPerPass: the offsets inside a page
+// and in the tile depend on tid and the pass only, not on the tile.
 template <int D, int kThreads>
-__device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource& src,
-                                           const RequestGeometry& g, int tile,
-                                           const TilePages& pages, int tid) {
-  constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
-  constexpr int kChunks = kTileKeys * kChunksPerKey;
-  constexpr int kKeysPerPass = kThreads / kChunksPerKey;
-  static_assert(kChunks % kThreads == 0 && kThreads % kChunksPerKey == 0,
+struct TileStager {
+  static constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
+  static constexpr int kPasses = kTileKeys * kChunksPerKey / kThreads;
+  static constexpr int kKeysPerPass = kThreads / kChunksPerKey;
+  static constexpr int kPassesPerPage = kPageSize / kKeysPerPass;
+  static_assert(kTileKeys * kChunksPerKey % kThreads == 0 && kThreads % kChunksPerKey == 0,
                 "the tile's chunks must spread evenly over threads");
   static_assert(kPageSize % kKeysPerPass == 0, "a pass must stay inside one page");
-  const int chunk = tid % kChunksPerKey;  // < D/8: K, else V
-  const bool is_v = chunk >= KvTile<D>::kChunksPerRow;
-  const int c = is_v ? chunk - KvTile<D>::kChunksPerRow : chunk;
-  char* const half = dst.base + (is_v ? kTileKeys * KvTile<D>::kRowBytes : 0);
+
+  int tid;
+
+  __device__ explicit TileStager(int tid_) : tid(tid_) {}
+
+  // Issues the copies of tile `tile` (asynchronous on NVIDIA: commit + wait later). A chunk is
+  // read only when its page names a block and its key lies in [key_lo, seq_len); otherwise it
+  // is zero-filled and its source is not touched.
+  __device__ __forceinline__ void stage(const KvTile<D>& dst, const KvSource& src,
+                                        const RequestGeometry& g, int tile,
+                                        const TilePages& pages) const {
+    const int chunk = tid % kChunksPerKey;  // < D/8: K, else V
+    const bool is_v = chunk >= KvTile<D>::kChunksPerRow;
+    const int col = 8 * (is_v ? chunk - KvTile<D>::kChunksPerRow : chunk);  // first d
+    const int half = is_v ? kTileKeys * KvTile<D>::kRowBytes : 0;  // bytes to the K or V half
+    const int key0 = tid / kChunksPerKey;  // the thread's key in the tile at pass 0
+    const int src_off = key0 * (2 * D) + chunk * 8;  // elements from the page's start, pass 0
+    const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
+    const int hi = g.seq_len - tile * kTileKeys;
+    constexpr int64_t kPageElems = int64_t{kPageSize} * 2 * D;
+    // Pages one after the other (on NVIDIA not unrolled: at D = 128 an unrolled tile's 16
+    // addresses crowd out the registers), the passes inside a page unrolled. AMD unrolls all
+    // (its copies go through registers one at a time anyway).
+#if defined(MUSE_ATTN_HIP)
 #pragma unroll
-  for (int j = 0; j < kChunks / kThreads; ++j) {
-    const int key_in_tile = tid / kChunksPerKey + j * kKeysPerPass;
-    const int page = (j * kKeysPerPass) / kPageSize;  // compile-time after unrolling
-    const int key = tile * kTileKeys + key_in_tile;
-    const int32_t block = pages.block[page];
-    const bool present = block >= 0 && key >= g.key_lo && key < g.seq_len;
-    const uint16_t* slot =
-        src.kv + ((static_cast<int64_t>(block < 0 ? 0 : block) * src.num_kv_heads + src.kv_head) *
-                      kPageSize + key % kPageSize) * (2 * D);
-    copy16(half + KvTile<D>::offset(key_in_tile, 8 * c), slot + chunk * 8, present);
-    if (chunk == 0) dst.key_ok()[key_in_tile] = present;
+#else
+#pragma unroll 1
+#endif
+    for (int page = 0; page < kPagesPerTile; ++page) {
+      int32_t block = pages.block[0];
+#pragma unroll
+      for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
+      const uint16_t* page_start =
+          src.kv + (static_cast<int64_t>(block < 0 ? 0 : block) * src.num_kv_heads + src.kv_head) *
+                       kPageElems + src_off;
+#pragma unroll
+      for (int jj = 0; jj < kPassesPerPage; ++jj) {
+        const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
+        const bool present = block >= 0 && key >= lo && key < hi;
+        copy16(dst.base + half + KvTile<D>::offset(key, col),
+               page_start + jj * kKeysPerPass * (2 * D), present);
+      }
+    }
   }
-}
+};
 
 }  // namespace muse_attn::gpu
 

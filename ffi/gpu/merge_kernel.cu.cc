@@ -1,7 +1,9 @@
 // The merge: for each output row of each (request, KV head) group, combine the group's
-// segment partials (m, l, o) with the max trick, divide by l and write bf16. One thread per
-// (row, 4 consecutive d). Rows that saw no key (padding requests, qpos < 0, absent blocks) are
-// written as exact zeros, so the whole output is defined whatever the split wrote.
+// segment partials (m, l, o) with the max trick, divide by l and write bf16. kSegLanes threads
+// share one (row, 4 consecutive d): each folds every kSegLanes-th segment into a running state
+// (loads of several segments in flight), then the lanes combine by shuffles. Rows that saw no
+// key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the whole
+// output is defined whatever the split wrote.
 #include <cstdint>
 
 #include "gpu/kernels.h"
@@ -14,15 +16,35 @@ namespace muse_attn::gpu {
 namespace {
 
 constexpr int kMergeThreads = 256;
+constexpr int kSegLanes = 8;  // lanes that split one row-quad's segments (a power of 2 <= warp)
+
+// Running merge of partial states: (m, l, acc) with acc, l relative to exp2(m).
+struct Fold {
+  float m = neg_inf(), l = 0.0f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  __device__ void add(float m2, float l2, float4 o2) {
+    if (m2 == neg_inf()) return;  // an empty partial weighs nothing (never -inf - -inf)
+    const float m_new = fmaxf(m, m2);
+    const float a = rescale_weight(m, m_new), b = fast_exp2(m2 - m_new);
+    m = m_new;
+    l = l * a + l2 * b;
+    acc = make_float4(acc.x * a + o2.x * b, acc.y * a + o2.y * b, acc.z * a + o2.z * b,
+                      acc.w * a + o2.w * b);
+  }
+};
 
 template <int D>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   constexpr int kQuads = D / 4;
-  constexpr int kRowsPerCta = kMergeThreads / kQuads;
+  constexpr int kThreadsPerRow = kQuads * kSegLanes;
+  constexpr int kRowsPerCta = kMergeThreads / kThreadsPerRow;
+  static_assert(kMergeThreads % kThreadsPerRow == 0, "whole rows a CTA");
   const int group = blockIdx.y;
-  const int row = blockIdx.x * kRowsPerCta + threadIdx.x / kQuads;
-  const int dq = threadIdx.x % kQuads;
-  if (row >= p.rows) return;
+  const int row = blockIdx.x * kRowsPerCta + threadIdx.x / kThreadsPerRow;
+  const int dq = threadIdx.x / kSegLanes % kQuads;
+  const int sl = threadIdx.x % kSegLanes;
+  const bool row_ok = row < p.rows;  // no early return: the lanes shuffle below
   const int req = group / p.num_kv_heads;
   const int kvh = group % p.num_kv_heads;
   const int real = min_i(max_i(*p.num_reqs, 0), p.num_requests);
@@ -30,35 +52,33 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   const RequestGeometry g =
       request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits, p.rows, D};
+  const int nseg = row_ok ? g.num_segments : 0;
 
-  MergeState ms{neg_inf()};
-  for (int seg = 0; seg < g.num_segments; ++seg)
-    ms.m_max = fmaxf(ms.m_max, p.part_ml[lay.ml_offset(group, seg, row)]);
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  float l_sum = 0.0f;
-  if (ms.m_max != neg_inf()) {
-    for (int seg = 0; seg < g.num_segments; ++seg) {
-      const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + lay.ml_offset(group, seg, row));
-      const float w = ml.x == neg_inf() ? 0.0f : fast_exp2(ml.x - ms.m_max);
-      if (w == 0.0f) continue;
-      const float4 o = *reinterpret_cast<const float4*>(p.part_o + lay.o_offset(group, seg, row) + 4 * dq);
-      l_sum += w * ml.y;
-      acc.x += w * o.x;
-      acc.y += w * o.y;
-      acc.z += w * o.z;
-      acc.w += w * o.w;
-    }
+  Fold f;
+#pragma unroll 4
+  for (int seg = sl; seg < nseg; seg += kSegLanes) {
+    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + lay.ml_offset(group, seg, row));
+    const float4 o = *reinterpret_cast<const float4*>(p.part_o + lay.o_offset(group, seg, row) + 4 * dq);
+    f.add(ml.x, ml.y, o);
   }
-  const float inv = safe_inverse(l_sum);
+#pragma unroll
+  for (int mask = 1; mask < kSegLanes; mask <<= 1) {
+    const float m2 = shfl_xor(f.m, mask), l2 = shfl_xor(f.l, mask);
+    const float4 o2 = make_float4(shfl_xor(f.acc.x, mask), shfl_xor(f.acc.y, mask),
+                                  shfl_xor(f.acc.z, mask), shfl_xor(f.acc.w, mask));
+    f.add(m2, l2, o2);
+  }
+  if (!row_ok || sl != 0) return;
+  const float inv = safe_inverse(f.l);
   const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
   uint16_t* dst = p.out + ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + 4 * dq;
-  *reinterpret_cast<uint2*>(dst) =
-      make_uint2(pack_bf16x2(acc.x * inv, acc.y * inv), pack_bf16x2(acc.z * inv, acc.w * inv));
+  *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(f.acc.x * inv, f.acc.y * inv),
+                                              pack_bf16x2(f.acc.z * inv, f.acc.w * inv));
 }
 
 template <int D>
 gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
-  constexpr int kRowsPerCta = kMergeThreads / (D / 4);
+  constexpr int kRowsPerCta = kMergeThreads / (D / 4 * kSegLanes);
   const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.num_requests * p.num_kv_heads);
   merge_kernel<D><<<grid, kMergeThreads, 0, stream>>>(p);
   return gpuGetLastError();

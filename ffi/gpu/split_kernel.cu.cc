@@ -3,6 +3,7 @@
 // matrix units for the group's 64 query rows (8 tokens x 8 heads, warp_mma.h), runs the online
 // softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates O += P V and writes
 // the segment's partial state (m, l, o) for the merge (partials.h).
+#include <atomic>
 #include <cstdint>
 
 #include "gpu/kernels.h"
@@ -20,14 +21,14 @@ namespace {
 constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
 constexpr int kThreads = kWarps * kWarpSize;
 // Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (2 CTAs an SM keep
-// 128 KiB in flight), 3 x 32 KiB at D = 128. AMD: the LDS of a workgroup is 64 KiB on gfx942,
+// 128 KiB in flight), 2 x 32 KiB at D = 128 (3 would spill registers). AMD: the LDS of a workgroup is 64 KiB on gfx942,
 // so 3 stages at D = 64 and 1 at D = 128 (the HIP copies go through registers anyway).
 template <int D>
 struct Stages {
 #if defined(MUSE_ATTN_HIP)
   static constexpr int value = D == 64 ? 3 : 1;
 #else
-  static constexpr int value = D == 64 ? 4 : 3;
+  static constexpr int value = D == 64 ? 4 : 2;
 #endif
 };
 
@@ -63,39 +64,58 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const KvSource src{p.kv, p.table + req * p.table_stride, p.num_blocks, p.num_kv_heads, kvh};
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
+  const TileStager<D, kThreads> stager(tid);
+  // present: 4 bits a stage, the present_mask() of the tile staged there (absent pages' keys
+  // are masked). Kept in a register: every thread stages with the same block ids.
+  unsigned present = 0;
+  auto stage = [&](int slot, int tile, const TilePages& pages) {
+    stager.stage(tile_at(slot), src, g, tile, pages);
+    present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
+  };
+
   // Start the copies first; Q and the masks' bounds are set up while they fly. The block ids of
   // a tile are loaded one tile before its copies are issued (`next`), so no copy waits on a
   // block-table read.
-  {
+  if constexpr (D == 64) {  // all first block ids in flight together
     TilePages first[kStages > 1 ? kStages - 1 : 1];
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
       if (t0 + s < t1) first[s] = load_tile_pages(src, g, t0 + s);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (t0 + s < t1) stage_tile<D, kThreads>(tile_at(s), src, g, t0 + s, first[s], tid);
+      if (t0 + s < t1) stage(s, t0 + s, first[s]);
+      copy_commit();
+    }
+  } else {  // D = 128: one tile's ids at a time (registers are short there)
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (t0 + s < t1) stage(s, t0 + s, load_tile_pages(src, g, t0 + s));
       copy_commit();
     }
   }
+  // At D = 128 registers are short: the ids are loaded right before their copies instead.
+  constexpr bool kPrefetchIds = D == 64;
   TilePages next{};
-  if (t0 + kStages - 1 < t1) next = load_tile_pages(src, g, t0 + kStages - 1);
+  if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_pages(src, g, t0 + kStages - 1);
 
   Warp w(lane);
   int qpos[R];
-  bool row_real[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
     const int row = row0 + w.row_of(rr);
-    row_real[rr] = row < p.rows;
-    qpos[rr] = token_position(g, row_real[rr] ? row / p.qpk : 0);
+    qpos[rr] = token_position(g, row < p.rows ? row / p.qpk : 0);
   }
   w.load_q([&](int r16, int d) -> uint32_t {
     const int row = row0 + r16;
-    if (row >= p.rows) return 0u;
+    if (row >= p.rows) return 0u;  // a row past the group's: scores 0, never written
     const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
     const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
     return *reinterpret_cast<const uint32_t*>(p.q + at);
   });
+  // Tiles [whole_lo, whole_hi) are seen whole by every token (mask.h: whole_tiles); there the
+  // mask is skipped when all 4 pages are present.
+  int whole_lo, whole_hi;
+  whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
 
   SoftmaxState st[R];
 #pragma unroll
@@ -103,35 +123,42 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
 
   for (int t = t0; t < t1; ++t) {
     const int it = t - t0;
-    if (t + kStages - 1 < t1)
-      stage_tile<D, kThreads>(tile_at((it + kStages - 1) % kStages), src, g, t + kStages - 1,
-                              next, tid);
-    if (t + kStages < t1) next = load_tile_pages(src, g, t + kStages);  // lands during this tile
+    if constexpr (kPrefetchIds) {
+      if (t + kStages - 1 < t1) stage((it + kStages - 1) % kStages, t + kStages - 1, next);
+      if (t + kStages < t1) next = load_tile_pages(src, g, t + kStages);  // lands during this tile
+    } else if (t + kStages - 1 < t1) {
+      stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_pages(src, g, t + kStages - 1));
+    }
     copy_commit();
     copy_wait<kStages - 1>();
     __syncthreads();
-    const KvTile<D> tile = tile_at(it % kStages);
+    const int slot = it % kStages;
+    const KvTile<D> tile = tile_at(slot);
     w.scores(tile);
-    const char* key_ok = tile.key_ok();
+    const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
+    const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
+    // Online softmax on raw scores: m is kept scaled (exp2 domain), p = exp2(s * c - m).
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
       float mx = neg_inf();
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const int k = w.key_of(i);
-        const bool vis =
-            row_real[rr] && key_ok[k] && key_is_visible(t * kTileKeys + k, qpos[rr], p.window);
-        w.s[rr][i] = vis ? w.s[rr][i] * p.scale_log2 : neg_inf();
+        if (boundary) {
+          const int k = w.key_of(i);
+          const bool vis = ((pages_ok >> (k / kPageSize)) & 1u) &&
+                           key_is_visible(t * kTileKeys + k, qpos[rr], p.window);
+          if (!vis) w.s[rr][i] = neg_inf();
+        }
         mx = fmaxf(mx, w.s[rr][i]);
       }
-      mx = Warp::row_max(mx);
+      mx = Warp::row_max(mx) * p.scale_log2;  // scale > 0: max commutes with it; -inf stays
       const float m_new = fmaxf(st[rr].m, mx);
       const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
       const float factor = fast_exp2(st[rr].m - m_use);      // 0 when m was -inf
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        w.s[rr][i] = fast_exp2(w.s[rr][i] - m_use);  // -inf -> 0
+        w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], p.scale_log2, -m_use));  // -inf -> 0
         sum += w.s[rr][i];
       }
       st[rr].l = st[rr].l * factor + sum;  // lane-partial; reduced over the row at the end
@@ -150,16 +177,16 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   if (w.is_row_leader()) {
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
-      if (!row_real[rr]) continue;
       const int row = row0 + w.row_of(rr);
+      if (row >= p.rows) continue;
       float* ml = p.part_ml + lay.ml_offset(group, seg, row);
       ml[0] = st[rr].m;
       ml[1] = l_row[rr];
     }
   }
   w.for_each_out2([&](int rr, int d, float a, float b) {
-    if (!row_real[rr]) return;
     const int row = row0 + w.row_of(rr);
+    if (row >= p.rows) return;
     *reinterpret_cast<float2*>(p.part_o + lay.o_offset(group, seg, row) + d) = make_float2(a, b);
   });
 }
@@ -167,8 +194,15 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
 template <int D>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int smem = split_smem_bytes<D>();
-  static const gpuError_t attr = set_max_dynamic_shared(split_kernel<D>, smem);  // once
-  if (attr != gpuSuccess) return attr;
+  // Once a device (the attribute is per device; bit i: device i done).
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  if (gpuError_t e = current_device(&dev); e != gpuSuccess) return e;
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (!bit || !(done.load(std::memory_order_acquire) & bit)) {
+    if (gpuError_t e = set_max_dynamic_shared(split_kernel<D>, smem); e != gpuSuccess) return e;
+    done.fetch_or(bit, std::memory_order_acq_rel);
+  }
   const dim3 grid(p.num_splits, p.num_requests * p.num_kv_heads,
                   (p.rows + kMaxRows - 1) / kMaxRows);
   split_kernel<D><<<grid, kThreads, smem, stream>>>(p);

@@ -34,7 +34,9 @@ inline constexpr int kWarpSize = 32;
 #define MUSE_GPU_PLATFORM_NAME "CUDA"
 #endif
 
-// Raises the dynamic shared-memory (LDS) limit of a kernel; host side, once a kernel.
+// Raises the dynamic shared-memory (LDS) limit of a kernel on the current device; host side.
+// The attribute is per device: a process that drives several GPUs (one per TP rank) sets it on
+// each of them.
 template <typename Kernel>
 inline gpuError_t set_max_dynamic_shared(Kernel kernel, int bytes) {
 #if defined(MUSE_ATTN_HIP)
@@ -42,6 +44,14 @@ inline gpuError_t set_max_dynamic_shared(Kernel kernel, int bytes) {
                              hipFuncAttributeMaxDynamicSharedMemorySize, bytes);
 #else
   return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+#endif
+}
+
+inline gpuError_t current_device(int* device) {
+#if defined(MUSE_ATTN_HIP)
+  return hipGetDevice(device);
+#else
+  return cudaGetDevice(device);
 #endif
 }
 

@@ -74,37 +74,45 @@ struct WarpAttention {
   }
 
   __device__ void scores(const KvTile<D>& tile) {
+    float c[8][4];  // n-tile j: keys 8 j .. 8 j + 7
 #pragma unroll
-    for (int j2 = 0; j2 < 4; ++j2) {  // keys 16 j2 .. 16 j2 + 15: two n-tiles
-      float c[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    for (int j = 0; j < 8; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+    // d outer, keys inner: only one d-step of K fragments is live at a time (at D = 128 the
+    // other order lets the compiler hoist every K fragment and spill).
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int j2 = 0; j2 < 4; ++j2) {  // keys 16 j2 .. 16 j2 + 15: two n-tiles
         const int key = 16 * j2 + (lane & 7) + 8 * (lane >> 4);
         const int d = 8 * (2 * kk + ((lane >> 3) & 1));
         uint32_t b[4];
         ldmatrix_x4(b, tile.k_at(key, d), false);
-        mma_16816(c[0], qa[kk], b[0], b[1]);
-        mma_16816(c[1], qa[kk], b[2], b[3]);
+        mma_16816(c[2 * j2], qa[kk], b[0], b[1]);
+        mma_16816(c[2 * j2 + 1], qa[kk], b[2], b[3]);
       }
+    }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * j2 + h;
-        s[0][2 * j] = c[h][0];
-        s[0][2 * j + 1] = c[h][1];
-        s[1][2 * j] = c[h][2];
-        s[1][2 * j + 1] = c[h][3];
-      }
+    for (int j = 0; j < 8; ++j) {
+      s[0][2 * j] = c[j][0];
+      s[0][2 * j + 1] = c[j][1];
+      s[1][2 * j] = c[j][2];
+      s[1][2 * j + 1] = c[j][3];
     }
   }
 
   // O += P V, P = s (already probabilities), rounded to bf16.
   __device__ void accumulate(const KvTile<D>& tile) {
+    uint32_t pa[4][4];  // A fragments of P, packed first so that s is dead during the loads
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]);
+      pa[kk][1] = pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]);
+      pa[kk][2] = pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]);
+      pa[kk][3] = pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3]);
+    }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // keys 16 kk .. 16 kk + 15
-      const uint32_t a[4] = {pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]),
-                             pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]),
-                             pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]),
-                             pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3])};
+      const uint32_t (&a)[4] = pa[kk];
 #pragma unroll
       for (int nd2 = 0; nd2 < D / 16; ++nd2) {
         const int m = lane >> 3;

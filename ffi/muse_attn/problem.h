@@ -59,6 +59,8 @@ inline ffi::Error make_problem(ffi::Span<const int64_t> q,
   if (tokens < 1) return bad("tokens_per_request must be >= 1, got " + std::to_string(tokens));
   if (num_splits < 1) return bad("num_splits must be >= 1, got " + std::to_string(num_splits));
   if (window < 0) return bad("window must be >= 0 (0: full), got " + std::to_string(window));
+  if (!(scale > 0.0f) || scale == __builtin_huge_valf())  // the kernels rely on scale > 0
+    return bad("scale must be finite and > 0, got " + std::to_string(scale));
   if (q.size() != 3 || kv.size() != 4 || table.size() != 2 || lens.size() != 1)
     return bad("bad ranks: q " + dims_str(q) + ", kv_cache " + dims_str(kv) +
                ", block_table " + dims_str(table) + ", seq_lens " + dims_str(lens));

@@ -1,0 +1,138 @@
+// Stand-alone timing of the CUDA kernels, without JAX: the split kernel, the merge and both,
+// each launched N times back to back and as a CUDA graph of N calls (as FlashInfer is timed in
+// the anchors). For kernel work and profilers (ncu runs it where it may not run JAX):
+//   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I ffi -o /tmp/kernel_bench -x cu \
+//        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc
+//   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
+// Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
+// No output check here: the bench and the tests check the kernels; this only times them.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gpu/kernels.h"
+
+using muse_attn::gpu::VerifyParams;
+
+#define CHECK(x)                                                                    \
+  do {                                                                              \
+    cudaError_t e_ = (x);                                                           \
+    if (e_ != cudaSuccess) {                                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
+
+int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.default_num_splits
+  int s = 2 * sms / groups;
+  return std::max(1, std::min(s, (max_tiles + 1) / 2));
+}
+
+void run(int L, int R, int window, int splits, int sms) {
+  const int pages = (L + kPage - 1) / kPage;
+  const int64_t blocks = int64_t{R} * pages;
+  const int rows = kNq * (kHq / kHkv);
+  const int max_tiles = window ? std::min((L + 63) / 64, (window + kNq - 1 + 63) / 64 + 1) : (L + 63) / 64;
+  if (splits <= 0) splits = default_splits(R * kHkv, sms, max_tiles);
+  const size_t kv_elems = blocks * kHkv * kPage * 2 * kD;
+  std::vector<uint16_t> h_kv(kv_elems), h_q(size_t{kNq} * R * kHq * kD);
+  std::mt19937 rng(1);
+  for (auto& v : h_kv) v = 0x3c00 + (rng() & 0x3ff) - 0x200;  // bf16 around 0.0078..
+  for (auto& v : h_q) v = 0x3f00 + (rng() & 0x7f);
+  std::vector<int32_t> table(blocks);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::vector<int32_t> lens(R, L);
+  int32_t nreq = R;
+  VerifyParams p{};
+  uint16_t *kv, *q, *out;
+  int32_t *bt, *sl, *nr;
+  float *po, *pml;
+  CHECK(cudaMalloc(&kv, kv_elems * 2));
+  CHECK(cudaMalloc(&q, h_q.size() * 2));
+  CHECK(cudaMalloc(&out, h_q.size() * 2));
+  CHECK(cudaMalloc(&bt, blocks * 4));
+  CHECK(cudaMalloc(&sl, R * 4));
+  CHECK(cudaMalloc(&nr, 4));
+  const size_t states = static_cast<size_t>(R) * kHkv * splits * rows;
+  CHECK(cudaMalloc(&po, states * kD * 4));
+  CHECK(cudaMalloc(&pml, states * 2 * 4));
+  CHECK(cudaMemcpy(kv, h_kv.data(), kv_elems * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(q, h_q.data(), h_q.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(bt, table.data(), blocks * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(sl, lens.data(), R * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(nr, &nreq, 4, cudaMemcpyHostToDevice));
+  p.q = q; p.kv = kv; p.table = bt; p.seq_lens = sl; p.num_reqs = nr; p.out = out;
+  p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
+  p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = kHkv;
+  p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
+  p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f;
+
+  cudaStream_t st;
+  CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  const int N = 20;
+  auto both = [&] {
+    CHECK(muse_attn::gpu::launch_split(p, st));
+    CHECK(muse_attn::gpu::launch_merge(p, st));
+  };
+  auto time_loop = [&](auto f) {  // per call, N back-to-back launches, best of 5
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+      f();
+      CHECK(cudaEventRecord(e0, st));
+      for (int i = 0; i < N; ++i) f();
+      CHECK(cudaEventRecord(e1, st));
+      CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      best = std::min(best, ms * 1e3f / N);
+    }
+    return best;
+  };
+  const float t_split = time_loop([&] { CHECK(muse_attn::gpu::launch_split(p, st)); });
+  const float t_merge = time_loop([&] { CHECK(muse_attn::gpu::launch_merge(p, st)); });
+  const float t_both = time_loop(both);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < N; ++i) both();
+  CHECK(cudaStreamEndCapture(st, &g));
+  CHECK(cudaGraphInstantiate(&ge, g, 0));
+  const float t_graph = time_loop([&] { CHECK(cudaGraphLaunch(ge, st)); }) / N;
+  const double keys = window ? std::min(L, window + kNq - 1) : L;
+  const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
+  std::printf("%-6s L=%-7d R=%-3d splits=%-4d KV %8.1f MB | split %8.2f us  merge %6.2f us  "
+              "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
+              window ? "swa" : "full", L, R, splits, bytes / 1e6, t_split, t_merge, t_both, t_graph,
+              bytes / (t_graph * 1e-6) / 1e9);
+  CHECK(cudaGraphExecDestroy(ge));
+  CHECK(cudaGraphDestroy(g));
+  for (void* ptr : {(void*)kv, (void*)q, (void*)out, (void*)bt, (void*)sl, (void*)nr, (void*)po, (void*)pml})
+    CHECK(cudaFree(ptr));
+  CHECK(cudaStreamDestroy(st));
+}
+
+int main(int argc, char** argv) {
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (argc > 1 && (argc - 1) % 4 == 0) {
+    for (int i = 1; i < argc; i += 4)
+      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms);
+    return 0;
+  }
+  const int grid[][3] = {{32768, 1, 2048}, {32768, 16, 2048}, {2048, 1, 0}, {8192, 4, 0},
+                         {32768, 1, 0},   {32768, 4, 0},     {131072, 4, 0}, {131072, 16, 0}};
+  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms);
+  return 0;
+}

@@ -1,0 +1,52 @@
+"""Runs verify_attention (backend="ffi") a few times on benchmark configs, for a profiler.
+
+    ncu --clock-control none -k regex:'split_kernel|merge_kernel' --section SpeedOfLight \
+        python scripts/profile_kernels.py swa32k-r1 full32k-r4
+    python scripts/profile_kernels.py --splits 4,8,16 full32k-r4   # one run per split count
+
+Same data as ``python -m jax_muse_attn.bench`` (config names as there). Each run is checked
+against the jnp reference; prints the wall time of each run (not a benchmark: use the bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jax_muse_attn
+from jax_muse_attn import bench, reference
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("configs", nargs="+")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--splits", default="", help="comma-separated split counts (default: the library's)")
+    a = ap.parse_args()
+    for name in a.configs:
+        c = bench.parse_config(name)
+        kv = bench.jax_hash_array((c.blocks, bench.H_KV, bench.PAGE, 2 * bench.D), bench.SEED_KV)
+        q = bench.jax_hash_array((bench.NQ * c.R, bench.H_Q, bench.D), bench.SEED_Q)
+        bt = jnp.asarray(bench.block_table_np(c))
+        sl = jnp.full((c.R,), c.L, jnp.int32)
+        ref = np.asarray(reference.verify_attention(q, kv, bt, sl, scale=bench.SCALE, window=c.window),
+                         np.float32)
+        for splits in [int(s) for s in a.splits.split(",") if s] or [None]:
+            f = jax.jit(lambda q, kv, bt, sl, s=splits: jax_muse_attn.verify_attention(
+                q, kv, bt, sl, scale=bench.SCALE, window=c.window, backend="ffi", num_splits=s))
+            for i in range(a.runs):
+                t0 = time.perf_counter()
+                out = jax.block_until_ready(f(q, kv, bt, sl))
+                dt = time.perf_counter() - t0
+                err = float(np.max(np.abs(np.asarray(out, np.float32) - ref)))
+                ok = err <= bench.ATOL + bench.RTOL * float(np.max(np.abs(ref)))
+                print(f"{name} splits={splits} run {i}: {dt * 1e6:.1f} us wall, max err {err:.2e} "
+                      f"{'ok' if ok else 'BAD'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
