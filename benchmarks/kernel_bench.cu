@@ -4,6 +4,7 @@
 //   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I ffi -o /tmp/kernel_bench -x cu \
 //        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
+// MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages.
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // No output check here: the bench and the tests check the kernels; this only times them.
 #include <cuda_runtime.h>
@@ -32,11 +33,11 @@ using muse_attn::gpu::VerifyParams;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.default_num_splits
-  int s = 2 * sms / groups;
+  int s = 3 * sms / groups;  // D = 64: 3 CTAs an SM
   return std::max(1, std::min(s, (max_tiles + 1) / 2));
 }
 
-void run(int L, int R, int window, int splits, int sms) {
+void run(int L, int R, int window, int splits, int sms, bool shuffle) {
   const int pages = (L + kPage - 1) / kPage;
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
@@ -49,7 +50,7 @@ void run(int L, int R, int window, int splits, int sms) {
   for (auto& v : h_q) v = 0x3f00 + (rng() & 0x7f);
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
+  if (shuffle) std::shuffle(table.begin(), table.end(), rng);
   std::vector<int32_t> lens(R, L);
   int32_t nreq = R;
   VerifyParams p{};
@@ -112,9 +113,9 @@ void run(int L, int R, int window, int splits, int sms) {
   const float t_graph = time_loop([&] { CHECK(cudaGraphLaunch(ge, st)); }) / N;
   const double keys = window ? std::min(L, window + kNq - 1) : L;
   const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
-  std::printf("%-6s L=%-7d R=%-3d splits=%-4d KV %8.1f MB | split %8.2f us  merge %6.2f us  "
+  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
-              window ? "swa" : "full", L, R, splits, bytes / 1e6, t_split, t_merge, t_both, t_graph,
+              window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits, bytes / 1e6, t_split, t_merge, t_both, t_graph,
               bytes / (t_graph * 1e-6) / 1e9);
   CHECK(cudaGraphExecDestroy(ge));
   CHECK(cudaGraphDestroy(g));
@@ -124,15 +125,17 @@ void run(int L, int R, int window, int splits, int sms) {
 }
 
 int main(int argc, char** argv) {
+  // MUSE_KB_SEQUENTIAL=1: block ids in order (no shuffle), to see what the access pattern costs.
+  const bool shuffle = !std::getenv("MUSE_KB_SEQUENTIAL");
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (argc > 1 && (argc - 1) % 4 == 0) {
     for (int i = 1; i < argc; i += 4)
-      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms);
+      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms, shuffle);
     return 0;
   }
   const int grid[][3] = {{32768, 1, 2048}, {32768, 16, 2048}, {2048, 1, 0}, {8192, 4, 0},
                          {32768, 1, 0},   {32768, 4, 0},     {131072, 4, 0}, {131072, 16, 0}};
-  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms);
+  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms, shuffle);
   return 0;
 }

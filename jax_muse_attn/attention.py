@@ -12,9 +12,11 @@ from jax_muse_attn import _ffi, _partitioning, _validate, reference
 
 BACKENDS = ("auto", "ffi", "reference")
 
-# CTAs a GPU launch aims for, per multiprocessor, when it picks the split count (the split
-# kernel's shared memory and registers allow 2 at D = 64 and D = 128 on an H100/H200).
-_CTAS_PER_SM = 2
+# CTAs a GPU launch aims for, per multiprocessor, when it picks the split count: what the split
+# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 160 registers and
+# 64 KiB, 3; D = 128: 219 registers, 2). More resident warps hide more latency (measured with
+# benchmarks/kernel_bench.cu: full 128k R=16, 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s).
+_CTAS_PER_SM = {64: 3, 128: 2}
 # Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
 _ROWS_PER_CTA = 64
 # ffi/muse_attn/geometry.h kMinTilesPerSegment: more splits than max_tiles / this stay empty.
@@ -31,7 +33,8 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         # One wave of CTAs: rounding down keeps every CTA resident at once; rounding up would
         # leave a few SMs with an extra CTA of the same length (a tail as long as the call).
         ctas_per_split = shapes.groups * -(-shapes.rows // _ROWS_PER_CTA)
-        target = _CTAS_PER_SM * _ffi.multiprocessor_count() // ctas_per_split
+        per_sm = _CTAS_PER_SM.get(shapes.head_dim, 2)
+        target = per_sm * _ffi.multiprocessor_count() // ctas_per_split
     return max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))
 
 

@@ -11,6 +11,7 @@
 #   racecheck  compute-sanitizer racecheck on the same
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
+#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX)
 #   tp         scripts/tp_gpu_check.py (2 GPUs)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -55,6 +56,11 @@ for s in "${steps[@]}"; do
       fi
       # shellcheck disable=SC2086
       run_step bench "${BENCH_LIMIT:-560}" python3 -m jax_muse_attn.bench ${BENCH_ARGS:---budget-s 520} --out "$OUT/bench" ;;
+    kb)  # the kernels alone (benchmarks/kernel_bench.cu), default grid
+      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" -o /tmp/kernel_bench -x cu \
+        "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
+        >"$LOGS/kb_build.log" 2>&1
+      TAIL_LINES=12 run_step kb 120 /tmp/kernel_bench ;;
     tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
     *) echo "device_check: unknown step $s" >&2; exit 2 ;;
   esac

@@ -40,13 +40,21 @@ struct KvTile {
   }
 };
 
-// Everything stage() needs to find the keys of one (request, KV head) group.
+// Where the keys of one (request, KV head) group live.
+template <int D>
 struct KvSource {
-  const uint16_t* kv;         // the cache, [num_blocks, Hkv, 16, 2D]
+  static constexpr int64_t kPageElems = int64_t{kPageSize} * 2 * D;  // one head's page
+  const uint16_t* head_base;  // kv + kv_head * kPageElems: block b's page is head_base + b * stride
+  int64_t block_stride;       // elements between blocks: Hkv * kPageElems
   const int32_t* table_row;   // block_table[r]
-  int64_t num_blocks;
-  int num_kv_heads;
-  int kv_head;
+  LivePages live;             // which entries may be read, which ids are valid
+
+  __device__ KvSource(const uint16_t* kv, int num_kv_heads, int kv_head, const int32_t* row,
+                      const RequestGeometry& g, int64_t num_blocks)
+      : head_base(kv + kv_head * kPageElems),
+        block_stride(num_kv_heads * kPageElems),
+        table_row(row),
+        live(LivePages::of(g, num_blocks)) {}
 };
 
 // The cache blocks of one tile's 4 pages: -1 where the page is stale (its entry is not read)
@@ -64,12 +72,12 @@ struct TilePages {
   }
 };
 
-__device__ __forceinline__ TilePages load_tile_pages(const KvSource& src, const RequestGeometry& g,
-                                                     int tile) {
+template <int D>
+__device__ __forceinline__ TilePages load_tile_pages(const KvSource<D>& src, int tile) {
   TilePages tp;
 #pragma unroll
   for (int i = 0; i < kPagesPerTile; ++i)
-    tp.block[i] = lookup_block(src.table_row, g, tile * kPagesPerTile + i, src.num_blocks);
+    tp.block[i] = src.live.lookup(src.table_row, tile * kPagesPerTile + i);
   return tp;
 }
 
@@ -93,7 +101,7 @@ struct TileStager {
   // Issues the copies of tile `tile` (asynchronous on NVIDIA: commit + wait later). A chunk is
   // read only when its page names a block and its key lies in [key_lo, seq_len); otherwise it
   // is zero-filled and its source is not touched.
-  __device__ __forceinline__ void stage(const KvTile<D>& dst, const KvSource& src,
+  __device__ __forceinline__ void stage(const KvTile<D>& dst, const KvSource<D>& src,
                                         const RequestGeometry& g, int tile,
                                         const TilePages& pages) const {
     const int chunk = tid % kChunksPerKey;  // < D/8: K, else V
@@ -104,22 +112,19 @@ struct TileStager {
     const int src_off = key0 * (2 * D) + chunk * 8;  // elements from the page's start, pass 0
     const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
     const int hi = g.seq_len - tile * kTileKeys;
-    constexpr int64_t kPageElems = int64_t{kPageSize} * 2 * D;
-    // Pages one after the other (on NVIDIA not unrolled: at D = 128 an unrolled tile's 16
-    // addresses crowd out the registers), the passes inside a page unrolled. AMD unrolls all
-    // (its copies go through registers one at a time anyway).
+    // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
+    // 16 addresses crowd out the registers. AMD unrolls all (its copies go through registers
+    // one at a time anyway).
 #if defined(MUSE_ATTN_HIP)
 #pragma unroll
 #else
-#pragma unroll 1
+#pragma unroll(D == 64 ? kPagesPerTile : 1)
 #endif
     for (int page = 0; page < kPagesPerTile; ++page) {
       int32_t block = pages.block[0];
 #pragma unroll
       for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
-      const uint16_t* page_start =
-          src.kv + (static_cast<int64_t>(block < 0 ? 0 : block) * src.num_kv_heads + src.kv_head) *
-                       kPageElems + src_off;
+      const uint16_t* page_start = src.head_base + (block < 0 ? 0 : block) * src.block_stride + src_off;
 #pragma unroll
       for (int jj = 0; jj < kPassesPerPage; ++jj) {
         const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile

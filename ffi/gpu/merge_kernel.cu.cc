@@ -3,7 +3,9 @@
 // share one (row, 4 consecutive d): each folds every kSegLanes-th segment into a running state
 // (loads of several segments in flight), then the lanes combine by shuffles. Rows that saw no
 // key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the whole
-// output is defined whatever the split wrote.
+// output is defined whatever the split wrote. On NVIDIA sm_90 it is launched as a programmatic
+// dependent of the split kernel (vendor.h): it reads the request geometry while the split
+// kernel finishes, then waits for it before reading the partials.
 #include <cstdint>
 
 #include "gpu/kernels.h"
@@ -53,6 +55,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
       request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits, p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
+  grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
 
   Fold f;
 #pragma unroll 4
@@ -80,6 +83,24 @@ template <int D>
 gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int kRowsPerCta = kMergeThreads / (D / 4 * kSegLanes);
   const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.num_requests * p.num_kv_heads);
+#if defined(MUSE_ATTN_CUDA)
+  // Launched as a programmatic dependent of the split kernel where the device allows: its
+  // launch and prologue overlap the split kernel instead of following it.
+  static const bool pdl = device_supports_pdl();  // one kind of GPU a process, as XLA assumes
+  if (pdl) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kMergeThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, merge_kernel<D>, p);
+  }
+#endif
   merge_kernel<D><<<grid, kMergeThreads, 0, stream>>>(p);
   return gpuGetLastError();
 }

@@ -23,9 +23,25 @@ constexpr int kThreads = kWarps * kWarpSize;
 // Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (2 CTAs an SM keep
 // 128 KiB in flight), 2 x 32 KiB at D = 128 (3 would spill registers). AMD: the LDS of a workgroup is 64 KiB on gfx942,
 // so 3 stages at D = 64 and 1 at D = 128 (the HIP copies go through registers anyway).
+__device__ __forceinline__ float fmaxf_op(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ float add_op(float a, float b) { return a + b; }
+
+// op over x[0..n) as a tree (log2 n dependent steps instead of n).
+template <int n, typename Op>
+__device__ __forceinline__ float tree_reduce(const float* x, Op op) {
+  static_assert((n & (n - 1)) == 0, "a power of two");
+  if constexpr (n == 1) {
+    return x[0];
+  } else {
+    return op(tree_reduce<n / 2>(x, op), tree_reduce<n / 2>(x + n / 2, op));
+  }
+}
+
 template <int D>
 struct Stages {
-#if defined(MUSE_ATTN_HIP)
+#if defined(MUSE_ATTN_SPLIT_STAGES_D64)  // a tuning knob for benchmarks/kernel_bench.cu
+  static constexpr int value = D == 64 ? MUSE_ATTN_SPLIT_STAGES_D64 : 2;
+#elif defined(MUSE_ATTN_HIP)
   static constexpr int value = D == 64 ? 3 : 1;
 #else
   static constexpr int value = D == 64 ? 4 : 2;
@@ -45,6 +61,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   constexpr int R = Warp::kRowsPerLane;
   constexpr int N = Warp::kScoresPerRow;
 
+  grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   const int seg = blockIdx.x;
   const int group = blockIdx.y;
   const int req = group / p.num_kv_heads;
@@ -61,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const int warp = tid / kWarpSize;
   const int row0 = kMaxRows * blockIdx.z + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
-  const KvSource src{p.kv, p.table + req * p.table_stride, p.num_blocks, p.num_kv_heads, kvh};
+  const KvSource<D> src(p.kv, p.num_kv_heads, kvh, p.table + req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
   const TileStager<D, kThreads> stager(tid);
@@ -80,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     TilePages first[kStages > 1 ? kStages - 1 : 1];
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
-      if (t0 + s < t1) first[s] = load_tile_pages(src, g, t0 + s);
+      if (t0 + s < t1) first[s] = load_tile_pages(src, t0 + s);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
@@ -89,14 +106,14 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   } else {  // D = 128: one tile's ids at a time (registers are short there)
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (t0 + s < t1) stage(s, t0 + s, load_tile_pages(src, g, t0 + s));
+      if (t0 + s < t1) stage(s, t0 + s, load_tile_pages(src, t0 + s));
       copy_commit();
     }
   }
   // At D = 128 registers are short: the ids are loaded right before their copies instead.
   constexpr bool kPrefetchIds = D == 64;
   TilePages next{};
-  if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_pages(src, g, t0 + kStages - 1);
+  if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_pages(src, t0 + kStages - 1);
 
   Warp w(lane);
   int qpos[R];
@@ -125,9 +142,9 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     const int it = t - t0;
     if constexpr (kPrefetchIds) {
       if (t + kStages - 1 < t1) stage((it + kStages - 1) % kStages, t + kStages - 1, next);
-      if (t + kStages < t1) next = load_tile_pages(src, g, t + kStages);  // lands during this tile
+      if (t + kStages < t1) next = load_tile_pages(src, t + kStages);  // lands during this tile
     } else if (t + kStages - 1 < t1) {
-      stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_pages(src, g, t + kStages - 1));
+      stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_pages(src, t + kStages - 1));
     }
     copy_commit();
     copy_wait<kStages - 1>();
@@ -138,32 +155,35 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
     // Online softmax on raw scores: m is kept scaled (exp2 domain), p = exp2(s * c - m).
+    float factor[R];
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
-      float mx = neg_inf();
+      if (boundary) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) {
-        if (boundary) {
+        for (int i = 0; i < N; ++i) {
           const int k = w.key_of(i);
           const bool vis = ((pages_ok >> (k / kPageSize)) & 1u) &&
                            key_is_visible(t * kTileKeys + k, qpos[rr], p.window);
           if (!vis) w.s[rr][i] = neg_inf();
         }
-        mx = fmaxf(mx, w.s[rr][i]);
       }
-      mx = Warp::row_max(mx) * p.scale_log2;  // scale > 0: max commutes with it; -inf stays
+      // scale > 0: the max commutes with it; -inf stays -inf.
+      const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], fmaxf_op)) * p.scale_log2;
       const float m_new = fmaxf(st[rr].m, mx);
       const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
-      const float factor = fast_exp2(st[rr].m - m_use);      // 0 when m was -inf
-      float sum = 0.0f;
+      factor[rr] = fast_exp2(st[rr].m - m_use);               // 0 when m was -inf
 #pragma unroll
-      for (int i = 0; i < N; ++i) {
-        w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], p.scale_log2, -m_use));  // -inf -> 0
-        sum += w.s[rr][i];
-      }
-      st[rr].l = st[rr].l * factor + sum;  // lane-partial; reduced over the row at the end
+      for (int i = 0; i < N; ++i) w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], p.scale_log2, -m_use));
+      // lane-partial l; reduced over the row at the end
+      st[rr].l = st[rr].l * factor[rr] + tree_reduce<N>(w.s[rr], add_op);
       st[rr].m = m_new;
-      w.rescale(rr, factor);
+    }
+    bool rescale = false;  // once the max settles every factor is 1: skip the multiplies
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) rescale |= factor[rr] != 1.0f;
+    if (warp_any(rescale)) {
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
     }
     w.accumulate(tile);
     __syncthreads();  // the stage is refilled next iteration

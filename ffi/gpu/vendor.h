@@ -55,7 +55,36 @@ inline gpuError_t current_device(int* device) {
 #endif
 }
 
+// Programmatic dependent launch (NVIDIA sm_90+): a kernel launched with it may start while the
+// previous kernel on the stream still runs; it must call grid_dependency_wait() before it reads
+// what that kernel wrote. Elsewhere (AMD, older GPUs) an ordinary launch, and the calls below
+// do nothing.
+inline bool device_supports_pdl() {
+#if defined(MUSE_ATTN_HIP)
+  return false;
+#else
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    return false;
+  return major >= 9;
+#endif
+}
+
 // ---- device helpers -------------------------------------------------------------------------
+
+// PDL, device side (see device_supports_pdl): let the next kernel on the stream launch now /
+// wait until the previous kernel has finished and its writes are visible.
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(MUSE_ATTN_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(MUSE_ATTN_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 // XOR shuffle within a warp / wavefront.
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
@@ -63,6 +92,15 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
   return __shfl_xor(v, mask);
 #else
   return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+
+// Whether pred holds on any lane of the warp / wavefront (all lanes must call it).
+__device__ __forceinline__ bool warp_any(bool pred) {
+#if defined(MUSE_ATTN_HIP)
+  return __any(pred);
+#else
+  return __any_sync(0xffffffffu, pred);
 #endif
 }
 

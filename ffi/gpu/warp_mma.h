@@ -52,10 +52,23 @@ struct WarpAttention {
   uint32_t qa[kKSteps][4];  // A fragments of Q (16 rows x D)
   float s[kRowsPerLane][kScoresPerRow];
   float o[D / 8][4];        // C fragments of O (16 rows x D)
+  // The lane's ldmatrix row addresses inside a tile, for key block 0 (key block j adds
+  // j * 16 rows): K at d-step kk (scores), V at d-block nd2 (accumulate). The swizzle of a row
+  // depends on lane & 7 only, so these hold for every tile.
+  int k_off[kKSteps];
+  int v_off[D / 16];
 
   __device__ explicit WarpAttention(int lane_) : lane(lane_) {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk)
+      k_off[kk] = KvTile<D>::offset((lane & 7) + 8 * (lane >> 4), 8 * (2 * kk + ((lane >> 3) & 1)));
+    const int m = lane >> 3;
+#pragma unroll
+    for (int nd2 = 0; nd2 < D / 16; ++nd2)
+      v_off[nd2] = kTileKeys * KvTile<D>::kRowBytes +
+                   KvTile<D>::offset((lane & 7) + 8 * (m & 1), 8 * (2 * nd2 + (m >> 1)));
   }
   __device__ int row_of(int rr) const { return (lane >> 2) + 8 * rr; }
   __device__ int key_of(int i) const { return 8 * (i >> 1) + 2 * (lane & 3) + (i & 1); }
@@ -83,10 +96,8 @@ struct WarpAttention {
     for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
       for (int j2 = 0; j2 < 4; ++j2) {  // keys 16 j2 .. 16 j2 + 15: two n-tiles
-        const int key = 16 * j2 + (lane & 7) + 8 * (lane >> 4);
-        const int d = 8 * (2 * kk + ((lane >> 3) & 1));
-        uint32_t b[4];
-        ldmatrix_x4(b, tile.k_at(key, d), false);
+        uint32_t b[4];  // keys 16 j2 + (lane & 7) + 8 (lane >> 4), d 8 (2 kk + (lane >> 3 & 1))
+        ldmatrix_x4(b, tile.base + k_off[kk] + 16 * j2 * KvTile<D>::kRowBytes, false);
         mma_16816(c[2 * j2], qa[kk], b[0], b[1]);
         mma_16816(c[2 * j2 + 1], qa[kk], b[2], b[3]);
       }
@@ -115,11 +126,8 @@ struct WarpAttention {
       const uint32_t (&a)[4] = pa[kk];
 #pragma unroll
       for (int nd2 = 0; nd2 < D / 16; ++nd2) {
-        const int m = lane >> 3;
-        const int key = 16 * kk + (lane & 7) + 8 * (m & 1);
-        const int d = 8 * (2 * nd2 + (m >> 1));
-        uint32_t b[4];
-        ldmatrix_x4(b, tile.v_at(key, d), true);
+        uint32_t b[4];  // keys 16 kk + (lane & 7) + 8 (m & 1), d 8 (2 nd2 + (m >> 1)), m = lane >> 3
+        ldmatrix_x4(b, tile.base + v_off[nd2] + 16 * kk * KvTile<D>::kRowBytes, true);
         mma_16816(o[2 * nd2], a, b[0], b[1]);
         mma_16816(o[2 * nd2 + 1], a, b[2], b[3]);
       }

@@ -13,23 +13,41 @@
 
 namespace muse_attn {
 
-// Whether page p of the request holds a key of [key_lo, seq_len), i.e. whether its
-// block-table entry may be read at all.
-MUSE_HD bool page_is_live(const RequestGeometry& g, int page) {
-  return page >= 0 && (page + 1) * kPageSize > g.key_lo && page * kPageSize < g.seq_len;
-}
+// The live pages of one request, [first, end): those holding a key of [key_lo, seq_len). Only
+// their block-table entries may be read; computed once per request (or CTA).
+struct LivePages {
+  int first, end;
+  uint32_t id_limit;  // min(num_blocks, 2^31): valid ids are [0, id_limit), as unsigned
 
-// Whether a block id read from a live entry names a block of the cache.
-MUSE_HD bool block_id_is_valid(int32_t block_id, int64_t num_blocks) {
-  return block_id >= 0 && static_cast<int64_t>(block_id) < num_blocks;
-}
+  MUSE_HD static LivePages of(const RequestGeometry& g, int64_t num_blocks) {
+    LivePages lp;
+    lp.first = g.key_lo / kPageSize;
+    lp.end = g.seq_len > g.key_lo ? ceil_div(g.seq_len, kPageSize) : lp.first;
+    lp.id_limit = num_blocks < (int64_t{1} << 31) ? static_cast<uint32_t>(num_blocks > 0 ? num_blocks : 0)
+                                                  : (uint32_t{1} << 31);
+    return lp;
+  }
+  // Whether page p's block-table entry may be read at all.
+  MUSE_HD bool is_live(int page) const {
+    return static_cast<uint32_t>(page - first) < static_cast<uint32_t>(end - first);
+  }
+  // Whether a block id read from a live entry names a block of the cache (negative ids wrap to
+  // >= 2^31 and fail too).
+  MUSE_HD bool is_valid(int32_t block_id) const {
+    return static_cast<uint32_t>(block_id) < id_limit;
+  }
+  // The block of page p, or -1 when the entry is stale (not read) or names no block.
+  MUSE_HD int32_t lookup(const int32_t* block_table_row, int page) const {
+    if (!is_live(page)) return -1;
+    const int32_t id = block_table_row[page];
+    return is_valid(id) ? id : -1;
+  }
+};
 
-// The block of page p, or -1 when the entry is stale (not read) or names no block.
+// One-off form of LivePages::lookup.
 MUSE_HD int32_t lookup_block(const int32_t* block_table_row, const RequestGeometry& g, int page,
                              int64_t num_blocks) {
-  if (!page_is_live(g, page)) return -1;
-  const int32_t id = block_table_row[page];
-  return block_id_is_valid(id, num_blocks) ? id : -1;
+  return LivePages::of(g, num_blocks).lookup(block_table_row, page);
 }
 
 }  // namespace muse_attn
