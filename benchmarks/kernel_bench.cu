@@ -4,7 +4,9 @@
 //   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I ffi -o /tmp/kernel_bench -x cu \
 //        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
-// MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages.
+// MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
+// MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids;
+// MUSE_ATTN_PDL=0 launches the merge without programmatic dependent launch.
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // No output check here: the bench and the tests check the kernels; this only times them.
 #include <cuda_runtime.h>
@@ -37,7 +39,7 @@ int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.defau
   return std::max(1, std::min(s, (max_tiles + 1) / 2));
 }
 
-void run(int L, int R, int window, int splits, int sms, bool shuffle) {
+void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once, bool poison) {
   const int pages = (L + kPage - 1) / kPage;
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
@@ -53,6 +55,11 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle) {
   if (shuffle) std::shuffle(table.begin(), table.end(), rng);
   std::vector<int32_t> lens(R, L);
   int32_t nreq = R;
+  if (poison) {  // bad ids in live entries, varied lengths, a padding request
+    for (size_t i = 0; i < table.size(); i += 7) table[i] = (i / 7) % 2 ? -3 : (1 << 30);
+    for (int r = 0; r < R; ++r) lens[r] = r % 3 == 2 ? 5 : L - 37 * r;
+    nreq = R > 1 ? R - 1 : R;
+  }
   VerifyParams p{};
   uint16_t *kv, *q, *out;
   int32_t *bt, *sl, *nr;
@@ -87,6 +94,12 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle) {
     CHECK(muse_attn::gpu::launch_split(p, st));
     CHECK(muse_attn::gpu::launch_merge(p, st));
   };
+  if (once) {  // for compute-sanitizer: one call, no timing
+    both();
+    CHECK(cudaStreamSynchronize(st));
+    std::printf("%s L=%d R=%d splits=%d%s: ran\n", window ? "swa" : "full", L, R, splits,
+                poison ? " (poisoned ids, padding)" : "");
+  } else {
   auto time_loop = [&](auto f) {  // per call, N back-to-back launches, best of 5
     float best = 1e30f;
     for (int rep = 0; rep < 5; ++rep) {
@@ -119,6 +132,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle) {
               bytes / (t_graph * 1e-6) / 1e9);
   CHECK(cudaGraphExecDestroy(ge));
   CHECK(cudaGraphDestroy(g));
+  }
   for (void* ptr : {(void*)kv, (void*)q, (void*)out, (void*)bt, (void*)sl, (void*)nr, (void*)po, (void*)pml})
     CHECK(cudaFree(ptr));
   CHECK(cudaStreamDestroy(st));
@@ -127,15 +141,19 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle) {
 int main(int argc, char** argv) {
   // MUSE_KB_SEQUENTIAL=1: block ids in order (no shuffle), to see what the access pattern costs.
   const bool shuffle = !std::getenv("MUSE_KB_SEQUENTIAL");
+  // MUSE_KB_ONCE=1: each config once, untimed (for compute-sanitizer); MUSE_KB_POISON=1: bad
+  // block ids in live entries, varied lengths and a padding request.
+  const bool once = std::getenv("MUSE_KB_ONCE") != nullptr;
+  const bool poison = std::getenv("MUSE_KB_POISON") != nullptr;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (argc > 1 && (argc - 1) % 4 == 0) {
     for (int i = 1; i < argc; i += 4)
-      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms, shuffle);
+      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms, shuffle, once, poison);
     return 0;
   }
   const int grid[][3] = {{32768, 1, 2048}, {32768, 16, 2048}, {2048, 1, 0}, {8192, 4, 0},
                          {32768, 1, 0},   {32768, 4, 0},     {131072, 4, 0}, {131072, 16, 0}};
-  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms, shuffle);
+  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms, shuffle, once, poison);
   return 0;
 }

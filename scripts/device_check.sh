@@ -11,7 +11,8 @@
 #   racecheck  compute-sanitizer racecheck on the same
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
-#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX)
+#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbnopdl: the
+#              same without programmatic dependent launch; kbsan: racecheck + memcheck on it
 #   tp         scripts/tp_gpu_check.py (2 GPUs)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -61,6 +62,17 @@ for s in "${steps[@]}"; do
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kb_build.log" 2>&1
       TAIL_LINES=12 run_step kb 120 /tmp/kernel_bench ;;
+    kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
+    kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned
+      for tool in racecheck memcheck; do
+        for poison in 0 1; do
+          export MUSE_KB_ONCE=1
+          if ((poison)); then export MUSE_KB_POISON=1; else unset MUSE_KB_POISON; fi
+          TAIL_LINES=3 run_step "kb_${tool}_p$poison" 200 compute-sanitizer --tool "$tool" \
+            --error-exitcode 1 /tmp/kernel_bench 2048 4 0 0 4096 3 256 0 32768 2 2048 0 8192 5 0 0 1000 2 0 3
+        done
+      done
+      unset MUSE_KB_ONCE MUSE_KB_POISON ;;
     tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
     *) echo "device_check: unknown step $s" >&2; exit 2 ;;
   esac

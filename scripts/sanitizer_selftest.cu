@@ -5,7 +5,7 @@
 
 __global__ void oob_write(int* p, int n) { p[threadIdx.x + n] = 1; }  // writes past the end
 __global__ void smem_race(int* out) {
-  __shared__ int s;
+  volatile __shared__ int s;  // volatile: the read below really reads shared memory
   s = threadIdx.x;  // every thread writes, no barrier
   out[threadIdx.x] = s;
 }

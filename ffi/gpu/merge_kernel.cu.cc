@@ -7,6 +7,8 @@
 // dependent of the split kernel (vendor.h): it reads the request geometry while the split
 // kernel finishes, then waits for it before reading the partials.
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "gpu/kernels.h"
 #include "gpu/vendor.h"
@@ -79,6 +81,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
                                               pack_bf16x2(f.acc.z * inv, f.acc.w * inv));
 }
 
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
 template <int D>
 gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int kRowsPerCta = kMergeThreads / (D / 4 * kSegLanes);
@@ -86,7 +93,8 @@ gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
 #if defined(MUSE_ATTN_CUDA)
   // Launched as a programmatic dependent of the split kernel where the device allows: its
   // launch and prologue overlap the split kernel instead of following it.
-  static const bool pdl = device_supports_pdl();  // one kind of GPU a process, as XLA assumes
+  // One kind of GPU a process, as XLA assumes. MUSE_ATTN_PDL=0 turns it off (for measuring).
+  static const bool pdl = device_supports_pdl() && !env_is("MUSE_ATTN_PDL", "0");
   if (pdl) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
