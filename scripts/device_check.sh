@@ -11,8 +11,8 @@
 #   racecheck  compute-sanitizer racecheck on the same
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
-#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbnopdl: the
-#              same without programmatic dependent launch; kbsan: racecheck + memcheck on it
+#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbpdl: the
+#              same with programmatic dependent launch (MUSE_ATTN_PDL=1); kbsan: racecheck + memcheck on it
 #   tp         scripts/tp_gpu_check.py (2 GPUs)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -62,7 +62,7 @@ for s in "${steps[@]}"; do
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kb_build.log" 2>&1
       TAIL_LINES=12 run_step kb 120 /tmp/kernel_bench ;;
-    kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
+    kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned
       for tool in racecheck memcheck; do
         for poison in 0 1; do

@@ -3,9 +3,9 @@
 // share one (row, 4 consecutive d): each folds every kSegLanes-th segment into a running state
 // (loads of several segments in flight), then the lanes combine by shuffles. Rows that saw no
 // key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the whole
-// output is defined whatever the split wrote. On NVIDIA sm_90 it is launched as a programmatic
-// dependent of the split kernel (vendor.h): it reads the request geometry while the split
-// kernel finishes, then waits for it before reading the partials.
+// output is defined whatever the split wrote. With MUSE_ATTN_PDL=1 on NVIDIA sm_90 it is
+// launched as a programmatic dependent of the split kernel (vendor.h): it reads the request
+// geometry while the split kernel finishes, then waits for it before reading the partials.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -91,10 +91,12 @@ gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int kRowsPerCta = kMergeThreads / (D / 4 * kSegLanes);
   const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.num_requests * p.num_kv_heads);
 #if defined(MUSE_ATTN_CUDA)
-  // Launched as a programmatic dependent of the split kernel where the device allows: its
-  // launch and prologue overlap the split kernel instead of following it.
-  // One kind of GPU a process, as XLA assumes. MUSE_ATTN_PDL=0 turns it off (for measuring).
-  static const bool pdl = device_supports_pdl() && !env_is("MUSE_ATTN_PDL", "0");
+  // With MUSE_ATTN_PDL=1 (sm_90+), launched as a programmatic dependent of the split kernel:
+  // its launch and prologue overlap the split kernel instead of following it. Off by default:
+  // on an H200 it saved ~0.6-1 us where the call is latency-bound but cost ~5-6 us at 8k-128k
+  // (benchmarks/kernel_bench.cu, kb vs kbnopdl in benchmarks/NOTES.md). One kind of GPU a
+  // process, as XLA assumes.
+  static const bool pdl = env_is("MUSE_ATTN_PDL", "1") && device_supports_pdl();
   if (pdl) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
