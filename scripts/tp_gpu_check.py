@@ -11,7 +11,8 @@ head-sharded on a 2-GPU mesh and checks:
   * the sharded output is bitwise equal to the unsharded ffi call with the same num_splits, and
     within the SPEC tolerance of the unsharded jnp reference;
 and times the sharded call against one GPU running one shard's share (16/2 heads): per call,
-from a chain of `--chain` dependent calls inside one jit, median of `--reps` runs.
+(t_chain - t_1) / (chain - 1) from chains of 1 and `--chain` dependent calls inside one jit
+(medians of `--reps` runs), so that the jit's host dispatch, larger over two devices, cancels.
 
 With fewer than 2 GPUs it says so and runs the degraded part only: the single-device check
 (one GPU: correctness and timing of the one-shard share; CPU: a small correctness check).
@@ -59,14 +60,21 @@ def chain(n, **kw):
     return f
 
 
-def time_per_call(compiled, args, n, reps):
-    compiled(*args).block_until_ready()  # warm-up
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        compiled(*args).block_until_ready()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) / n * 1e6  # us a call
+def _wall(compiled, args):
+    t0 = time.perf_counter()
+    compiled(*args).block_until_ready()
+    return time.perf_counter() - t0
+
+
+def time_per_call(compiled_1, compiled_n, args, n, reps):
+    """Per call, (t_n - t_1) / (n - 1) from a chain of 1 and a chain of n calls in one jit,
+    medians of reps runs: the host dispatch of the jit (larger over two devices than one) and
+    the first call's start-up cancel out."""
+    for c in (compiled_1, compiled_n):  # warm-up
+        c(*args).block_until_ready()
+    t1 = statistics.median(_wall(compiled_1, args) for _ in range(reps))
+    tn = statistics.median(_wall(compiled_n, args) for _ in range(reps))
+    return (tn - t1) / (n - 1) * 1e6  # us a call
 
 
 def collectives_in(txt):
@@ -117,8 +125,9 @@ def single_device_part(args, gpus):
             ok_all &= ok
             t = float("nan")
             if on_gpu:
-                c = jax.jit(chain(args.chain, **kw)).lower(q, kv, bt, sl).compile()
-                t = time_per_call(c, (q, kv, bt, sl), args.chain, args.reps)
+                c1, cn = (jax.jit(chain(n, **kw)).lower(q, kv, bt, sl).compile()
+                          for n in (1, args.chain))
+                t = time_per_call(c1, cn, (q, kv, bt, sl), args.chain, args.reps)
             rows.append((("full" if window is None else f"swa{window}"), R, ok, err, t))
     print(f"\nsingle device ({'GPU' if on_gpu else 'CPU'}), 16/2 heads, context {context}")
     print(f"{'attn':>8} {'R':>2} {'ok':>5} {'max err':>9} {'us/call':>9}")
@@ -164,13 +173,15 @@ def two_gpu_part(args, gpus):
             ok_all &= good
 
             # Timing: chain of dependent calls, sharded TP2 vs one GPU with one shard's share.
-            c2 = jax.jit(chain(args.chain, num_splits=splits, **kw), in_shardings=ins,
-                         out_shardings=out_sh).lower(*sargs).compile()
-            assert not collectives_in(c2.as_text()), "collectives in the timed chain"
-            t2 = time_per_call(c2, sargs, args.chain, args.reps)
+            c2_1, c2_n = (jax.jit(chain(n, num_splits=splits, **kw), in_shardings=ins,
+                                  out_shardings=out_sh).lower(*sargs).compile()
+                          for n in (1, args.chain))
+            assert not collectives_in(c2_n.as_text()), "collectives in the timed chain"
+            t2 = time_per_call(c2_1, c2_n, sargs, args.chain, args.reps)
             share = jax.device_put(make(R, 16, 2, args.context, seed=R), one)
-            c1 = jax.jit(chain(args.chain, num_splits=splits, **kw)).lower(*share).compile()
-            t1 = time_per_call(c1, share, args.chain, args.reps)
+            c1_1, c1_n = (jax.jit(chain(n, num_splits=splits, **kw)).lower(*share).compile()
+                          for n in (1, args.chain))
+            t1 = time_per_call(c1_1, c1_n, share, args.chain, args.reps)
             rows.append(("full" if window is None else f"swa{window}", R, splits, good, bit, err,
                          ",".join(coll) or "none", qshapes, t2, t1))
     print(f"\nTP2 on {gpus[0].device_kind} x2: 32/4 heads sharded (16/2 a GPU), context "
