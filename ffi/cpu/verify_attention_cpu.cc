@@ -66,11 +66,16 @@ void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
   }
 
   bool present[kTileKeys];
+  const LivePages live = LivePages::of(g, p.num_blocks);
+  int whole_lo, whole_hi;  // tiles every token sees whole: no mask there (as on the GPU)
+  whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
   for (int tile = t0; tile < t1; ++tile) {
     // Stage the tile: keys of valid blocks inside [key_lo, seq_len); the rest zero and absent.
+    bool all_pages = true;
     for (int pg = 0; pg < kPagesPerTile; ++pg) {
       const int page = tile * kPagesPerTile + pg;
-      const int32_t block = lookup_block(table_row, g, page, p.num_blocks);
+      const int32_t block = live.lookup(table_row, page);
+      all_pages &= block >= 0;
       for (int slot = 0; slot < kPageSize; ++slot) {
         const int i = pg * kPageSize + slot, key = page * kPageSize + slot;
         present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len;
@@ -87,12 +92,16 @@ void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
         }
       }
     }
+    // A whole tile with every page present has every key present and visible to every row
+    // (keys of [key_lo, seq_len) by construction): the GPU kernel skips the mask there, and so
+    // does this handler, so the tests check whole_tiles() against the oracle.
+    const bool whole = all_pages && tile >= whole_lo && tile < whole_hi;
     for (int row = 0; row < rows; ++row) {
       const int qpos = token_position(g, row / qpk);
       float block_max = neg_inf();
       for (int i = 0; i < kTileKeys; ++i) {
         const int key = tile * kTileKeys + i;
-        if (!present[i] || !key_is_visible(key, qpos, p.window)) {
+        if (!whole && (!present[i] || !key_is_visible(key, qpos, p.window))) {
           s[i] = neg_inf();
           continue;
         }
