@@ -1,8 +1,9 @@
-// The split kernel: one CTA per (segment, request, KV head[, block of 64 rows]). It stages the segment's 64-key
-// tiles through shared memory (kv_tile.h; kStages tiles in flight), computes S = Q K^T on the
-// matrix units for the group's 64 query rows (8 tokens x 8 heads, warp_mma.h), runs the online
-// softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates O += P V and writes
-// the segment's partial state (m, l, o) for the merge (partials.h).
+// The split kernel: one CTA per (segment, request, KV head[, block of 64 rows]). It stages the
+// segment's 64-key tiles through shared memory (kv_tile.h; kStages tiles in flight, each tile's
+// block ids loaded a tile earlier), computes S = Q K^T on the matrix units for the group's 64
+// query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
+// runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
+// O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
 #include <atomic>
 #include <cstdint>
 
@@ -20,9 +21,6 @@ namespace {
 
 constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
 constexpr int kThreads = kWarps * kWarpSize;
-// Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (2 CTAs an SM keep
-// 128 KiB in flight), 2 x 32 KiB at D = 128 (3 would spill registers). AMD: the LDS of a workgroup is 64 KiB on gfx942,
-// so 3 stages at D = 64 and 1 at D = 128 (the HIP copies go through registers anyway).
 __device__ __forceinline__ float fmaxf_op(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ float add_op(float a, float b) { return a + b; }
 
@@ -37,6 +35,10 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
   }
 }
 
+// Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (3 CTAs an SM), 2 x 32
+// KiB at D = 128 (more would spill registers; 3 vs 4 stages measured the same at D = 64). AMD:
+// the LDS of a workgroup is 64 KiB on gfx942, so 3 stages at D = 64 and 1 at D = 128 (the HIP
+// copies go through registers anyway).
 template <int D>
 struct Stages {
 #if defined(MUSE_ATTN_SPLIT_STAGES_D64)  // a tuning knob for benchmarks/kernel_bench.cu
@@ -84,6 +86,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const TileStager<D, kThreads> stager(tid);
   // present: 4 bits a stage, the present_mask() of the tile staged there (absent pages' keys
   // are masked). Kept in a register: every thread stages with the same block ids.
+  static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
   auto stage = [&](int slot, int tile, const TilePages& pages) {
     stager.stage(tile_at(slot), src, g, tile, pages);
