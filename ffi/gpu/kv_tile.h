@@ -4,7 +4,7 @@
 // that are XOR-swizzled by the key (chunk c of key k sits at c ^ (k % 8)), so that the matrix
 // loads of 8 keys at one column hit 8 different bank groups.
 //
-// Staging (TileStager): the cache holds, for each block and KV head, 16 key slots of [K | V]
+// Staging (stage_tile()): the cache holds, for each block and KV head, 16 key slots of [K | V]
 // (2 * D bf16), 4 KiB contiguous at D = 64; a tile is 4 pages, whose block ids the caller has
 // loaded a tile earlier (load_tile_pages()). Each thread copies 16-byte chunks, consecutive
 // threads consecutive chunks of a page (coalesced). A key slot is copied only when its page is
@@ -81,60 +81,51 @@ __device__ __forceinline__ TilePages load_tile_pages(const KvSource<D>& src, int
   return tp;
 }
 
-// Copies tiles from the paged cache into shared memory. Thread tid always copies the same
-// 16-byte chunk (K or V, column c) of keys key0 + j * kKeysPerPass: the offsets inside a page
-// and in the tile depend on tid and the pass only, not on the tile.
+// Issues the copies of tile `tile` into `dst` (asynchronous on NVIDIA: commit + wait later).
+// Thread tid always copies the same 16-byte chunk (K or V, column c) of keys key0 + j *
+// kKeysPerPass, so its offsets inside a page and in the tile do not depend on the tile. A chunk
+// is read only when its page names a block and its key lies in [key_lo, seq_len); otherwise it
+// is zero-filled and its source is not touched.
 template <int D, int kThreads>
-struct TileStager {
-  static constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
-  static constexpr int kPasses = kTileKeys * kChunksPerKey / kThreads;
-  static constexpr int kKeysPerPass = kThreads / kChunksPerKey;
-  static constexpr int kPassesPerPage = kPageSize / kKeysPerPass;
+__device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<D>& src,
+                                           const RequestGeometry& g, int tile,
+                                           const TilePages& pages, int tid) {
+  constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
+  constexpr int kKeysPerPass = kThreads / kChunksPerKey;
+  constexpr int kPassesPerPage = kPageSize / kKeysPerPass;
   static_assert(kTileKeys * kChunksPerKey % kThreads == 0 && kThreads % kChunksPerKey == 0,
                 "the tile's chunks must spread evenly over threads");
   static_assert(kPageSize % kKeysPerPass == 0, "a pass must stay inside one page");
-
-  int tid;
-
-  __device__ explicit TileStager(int tid_) : tid(tid_) {}
-
-  // Issues the copies of tile `tile` (asynchronous on NVIDIA: commit + wait later). A chunk is
-  // read only when its page names a block and its key lies in [key_lo, seq_len); otherwise it
-  // is zero-filled and its source is not touched.
-  __device__ __forceinline__ void stage(const KvTile<D>& dst, const KvSource<D>& src,
-                                        const RequestGeometry& g, int tile,
-                                        const TilePages& pages) const {
-    const int chunk = tid % kChunksPerKey;  // < D/8: K, else V
-    const bool is_v = chunk >= KvTile<D>::kChunksPerRow;
-    const int col = 8 * (is_v ? chunk - KvTile<D>::kChunksPerRow : chunk);  // first d
-    const int half = is_v ? kTileKeys * KvTile<D>::kRowBytes : 0;  // bytes to the K or V half
-    const int key0 = tid / kChunksPerKey;  // the thread's key in the tile at pass 0
-    const int src_off = key0 * (2 * D) + chunk * 8;  // elements from the page's start, pass 0
-    const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
-    const int hi = g.seq_len - tile * kTileKeys;
-    // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
-    // 16 addresses crowd out the registers. AMD unrolls all (its copies go through registers
-    // one at a time anyway).
+  const int chunk = tid % kChunksPerKey;  // < D/8: K, else V
+  const bool is_v = chunk >= KvTile<D>::kChunksPerRow;
+  const int col = 8 * (is_v ? chunk - KvTile<D>::kChunksPerRow : chunk);  // first d
+  const int half = is_v ? kTileKeys * KvTile<D>::kRowBytes : 0;  // bytes to the K or V half
+  const int key0 = tid / kChunksPerKey;  // the thread's key in the tile at pass 0
+  const int src_off = key0 * (2 * D) + chunk * 8;  // elements from the page's start, pass 0
+  const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
+  const int hi = g.seq_len - tile * kTileKeys;
+  // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
+  // 16 addresses crowd out the registers. AMD unrolls all (its copies go through registers
+  // one at a time anyway).
 #if defined(MUSE_ATTN_HIP)
 #pragma unroll
 #else
 #pragma unroll(D == 64 ? kPagesPerTile : 1)
 #endif
-    for (int page = 0; page < kPagesPerTile; ++page) {
-      int32_t block = pages.block[0];
+  for (int page = 0; page < kPagesPerTile; ++page) {
+    int32_t block = pages.block[0];
 #pragma unroll
-      for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
-      const uint16_t* page_start = src.head_base + (block < 0 ? 0 : block) * src.block_stride + src_off;
+    for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
+    const uint16_t* page_start = src.head_base + (block < 0 ? 0 : block) * src.block_stride + src_off;
 #pragma unroll
-      for (int jj = 0; jj < kPassesPerPage; ++jj) {
-        const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
-        const bool present = block >= 0 && key >= lo && key < hi;
-        copy16(dst.base + half + KvTile<D>::offset(key, col),
-               page_start + jj * kKeysPerPass * (2 * D), present);
-      }
+    for (int jj = 0; jj < kPassesPerPage; ++jj) {
+      const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
+      const bool present = block >= 0 && key >= lo && key < hi;
+      copy16(dst.base + half + KvTile<D>::offset(key, col),
+             page_start + jj * kKeysPerPass * (2 * D), present);
     }
   }
-};
+}
 
 }  // namespace muse_attn::gpu
 

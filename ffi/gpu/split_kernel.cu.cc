@@ -83,13 +83,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const KvSource<D> src(p.kv, p.num_kv_heads, kvh, p.table + req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
-  const TileStager<D, kThreads> stager(tid);
   // present: 4 bits a stage, the present_mask() of the tile staged there (absent pages' keys
   // are masked). Kept in a register: every thread stages with the same block ids.
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
   auto stage = [&](int slot, int tile, const TilePages& pages) {
-    stager.stage(tile_at(slot), src, g, tile, pages);
+    stage_tile<D, kThreads>(tile_at(slot), src, g, tile, pages, tid);
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 

@@ -44,12 +44,6 @@ struct LivePages {
   }
 };
 
-// One-off form of LivePages::lookup.
-MUSE_HD int32_t lookup_block(const int32_t* block_table_row, const RequestGeometry& g, int page,
-                             int64_t num_blocks) {
-  return LivePages::of(g, num_blocks).lookup(block_table_row, page);
-}
-
 }  // namespace muse_attn
 
 #endif  // MUSE_ATTN_PAGE_TABLE_H_
