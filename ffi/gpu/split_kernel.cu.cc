@@ -21,9 +21,6 @@ namespace {
 
 constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
 constexpr int kThreads = kWarps * kWarpSize;
-__device__ __forceinline__ float fmaxf_op(float a, float b) { return fmaxf(a, b); }
-__device__ __forceinline__ float add_op(float a, float b) { return a + b; }
-
 // op over x[0..n) as a tree (log2 n dependent steps instead of n).
 template <int n, typename Op>
 __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
@@ -170,7 +167,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
         }
       }
       // scale > 0: the max commutes with it; -inf stays -inf.
-      const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], fmaxf_op)) * p.scale_log2;
+      const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * p.scale_log2;
       const float m_new = fmaxf(st[rr].m, mx);
       const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
       factor[rr] = fast_exp2(st[rr].m - m_use);               // 0 when m was -inf

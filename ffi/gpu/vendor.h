@@ -95,6 +95,17 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 #endif
 }
 
+__device__ __forceinline__ float max_op(float a, float b) { return fmaxf(a, b); }
+__device__ __forceinline__ float add_op(float a, float b) { return a + b; }
+
+// op over the lanes lane ^ (k * kFirstMask), k < 2^kSteps (butterfly): every one of them gets it.
+template <int kFirstMask, int kSteps, typename Op>
+__device__ __forceinline__ float xor_reduce(float x, Op op) {
+#pragma unroll
+  for (int i = 0; i < kSteps; ++i) x = op(x, shfl_xor(x, kFirstMask << i));
+  return x;
+}
+
 // Whether pred holds on any lane of the warp / wavefront (all lanes must call it).
 __device__ __forceinline__ bool warp_any(bool pred) {
 #if defined(MUSE_ATTN_HIP)

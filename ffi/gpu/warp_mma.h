@@ -134,14 +134,9 @@ struct WarpAttention {
     }
   }
 
-  __device__ static float row_max(float x) {
-    x = fmaxf(x, shfl_xor(x, 1));
-    return fmaxf(x, shfl_xor(x, 2));
-  }
-  __device__ static float row_sum(float x) {
-    x += shfl_xor(x, 1);
-    return x + shfl_xor(x, 2);
-  }
+  // A row's scores are spread over the 4 lanes lane ^ {0, 1, 2, 3}.
+  __device__ static float row_max(float x) { return xor_reduce<1, 2>(x, max_op); }
+  __device__ static float row_sum(float x) { return xor_reduce<1, 2>(x, add_op); }
   __device__ bool is_row_leader() const { return (lane & 3) == 0; }
 
   __device__ void rescale(int rr, float f) {
@@ -266,14 +261,9 @@ struct WarpAttention {
     }
   }
 
-  __device__ static float row_max(float x) {
-    x = fmaxf(x, shfl_xor(x, 16));
-    return fmaxf(x, shfl_xor(x, 32));
-  }
-  __device__ static float row_sum(float x) {
-    x += shfl_xor(x, 16);
-    return x + shfl_xor(x, 32);
-  }
+  // A row's scores are spread over the 4 lanes lane ^ {0, 16, 32, 48}.
+  __device__ static float row_max(float x) { return xor_reduce<16, 2>(x, max_op); }
+  __device__ static float row_sum(float x) { return xor_reduce<16, 2>(x, add_op); }
   __device__ bool is_row_leader() const { return (lane >> 4) == 0; }
 
   __device__ void rescale(int, float f) {
