@@ -33,10 +33,13 @@ from __future__ import annotations
 
 import functools
 import numbers
+import re
 import typing
 
 import jax
 from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jax_muse_attn._ffi import TARGET_NAME
 
 
 class TPSpecs(typing.NamedTuple):
@@ -128,3 +131,28 @@ def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwa
                              check_vma=False)(*args)
 
     return f
+
+
+# ----------------------------------------------------------------------------- checking a program
+# The collectives a TP program must not contain (any of them would move the KV cache or outputs).
+COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
+
+
+def hlo_collectives(hlo_text: str) -> list[str]:
+    """The COLLECTIVES found in compiled HLO text (``jax.jit(f).lower(...).compile().as_text()``),
+    sync or async (``-start``) forms; empty when the program moves nothing between devices."""
+    return [c for c in COLLECTIVES
+            if re.search(rf"\b{c}(-start)?\(", hlo_text) or f" {c}(" in hlo_text]
+
+
+def custom_call_q_shapes(hlo_text: str) -> list[str]:
+    """Shapes of operand 0 (q) of every verify_attention custom call in compiled HLO text, e.g.
+    ``["bf16[16,16,64]"]``: what each device's kernel sees after partitioning."""
+    types = dict(re.findall(r"(%[\w.\-]+) = (\w+\[[0-9,]*\])", hlo_text))
+    shapes = []
+    for line in hlo_text.splitlines():
+        if TARGET_NAME in line and "custom-call(" in line:
+            first = line.split("custom-call(", 1)[1].split(",")[0].strip()
+            m = re.match(r"(\w+\[[0-9,]*\])", first)  # typed operand, or a name to resolve
+            shapes.append(m.group(1) if m else types.get(first.split(" ")[-1], first))
+    return shapes

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import re
 import statistics
 import sys
 import time
@@ -34,9 +33,8 @@ from jax.sharding import Mesh, NamedSharding
 
 import jax_muse_attn
 from jax_muse_attn import _ffi, _validate
-from jax_muse_attn.sharding import tp_specs
+from jax_muse_attn.sharding import custom_call_q_shapes, hlo_collectives, tp_specs
 
-COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
 NQ, D, PAGE = 8, 64, 16
 
 
@@ -75,21 +73,6 @@ def time_per_call(compiled_1, compiled_n, args, n, reps):
     t1 = statistics.median(_wall(compiled_1, args) for _ in range(reps))
     tn = statistics.median(_wall(compiled_n, args) for _ in range(reps))
     return (tn - t1) / (n - 1) * 1e6  # us a call
-
-
-def collectives_in(txt):
-    return [c for c in COLLECTIVES if re.search(rf"\b{c}(-start)?\(", txt)]
-
-
-def q_operand_shapes(txt):
-    types = dict(re.findall(r"(%[\w.\-]+) = (\w+\[[0-9,]*\])", txt))
-    out = []
-    for line in txt.splitlines():
-        if jax_muse_attn.TARGET_NAME in line and "custom-call(" in line:
-            first = line.split("custom-call(", 1)[1].split(",")[0].strip()
-            m = re.match(r"(\w+\[[0-9,]*\])", first)
-            out.append(m.group(1) if m else types.get(first.split(" ")[-1], first))
-    return out
 
 
 def close(out, ref):
@@ -160,8 +143,8 @@ def two_gpu_part(args, gpus):
                         in_shardings=ins, out_shardings=out_sh)
             compiled = f.lower(*sargs).compile()
             txt = compiled.as_text()
-            coll = collectives_in(txt)
-            qshapes = sorted(set(q_operand_shapes(txt)))
+            coll = hlo_collectives(txt)
+            qshapes = sorted(set(custom_call_q_shapes(txt)))
             out = compiled(*sargs)
             bit = bool((np.asarray(out).view(np.uint16) == np.asarray(unsharded).view(np.uint16)).all())
             ok, err = close(out, ref)
@@ -176,7 +159,7 @@ def two_gpu_part(args, gpus):
             c2_1, c2_n = (jax.jit(chain(n, num_splits=splits, **kw), in_shardings=ins,
                                   out_shardings=out_sh).lower(*sargs).compile()
                           for n in (1, args.chain))
-            assert not collectives_in(c2_n.as_text()), "collectives in the timed chain"
+            assert not hlo_collectives(c2_n.as_text()), "collectives in the timed chain"
             t2 = time_per_call(c2_1, c2_n, sargs, args.chain, args.reps)
             share = jax.device_put(make(R, 16, 2, args.context, seed=R), one)
             c1_1, c1_n = (jax.jit(chain(n, num_splits=splits, **kw)).lower(*share).compile()

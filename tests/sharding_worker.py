@@ -12,7 +12,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import functools  # noqa: E402
 import json  # noqa: E402
-import re  # noqa: E402
 import sys  # noqa: E402
 import traceback  # noqa: E402
 
@@ -24,7 +23,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 import jax_muse_attn  # noqa: E402
 from jax_muse_attn import attention, sharding  # noqa: E402
 
-COLLECTIVES = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
 RESULTS: dict[str, dict] = {}
 RESULT_MARKER = "MUSE_RESULTS "  # jax may print to stdout too (jax 0.11 prints source locations)
 NQ, D, PAGE = 8, 64, 16
@@ -71,20 +69,8 @@ def bitwise(a, b):
 
 
 def no_collectives(txt):
-    found = [c for c in COLLECTIVES if re.search(rf"\b{c}(-start)?\(", txt) or f" {c}(" in txt]
+    found = sharding.hlo_collectives(txt)
     assert not found, f"collectives in the compiled HLO: {found}"
-
-
-def custom_call_q_shapes(txt):
-    """Shapes of operand 0 (q) of the muse custom calls in compiled HLO text."""
-    types = dict(re.findall(r"(%[\w.\-]+) = (\w+\[[0-9,]*\])", txt))
-    shapes = []
-    for line in txt.splitlines():
-        if jax_muse_attn.TARGET_NAME in line and "custom-call(" in line:
-            first = line.split("custom-call(", 1)[1].split(",")[0].strip()
-            m = re.match(r"(\w+\[[0-9,]*\])", first)  # typed operand, or a name to resolve
-            shapes.append(m.group(1) if m else types.get(first.split(" ")[-1], first))
-    return shapes
 
 
 def sharded_run(fn, mesh, args, in_specs, out_spec=None):
@@ -120,7 +106,7 @@ def tp_check(backend, tp, Hq, Hkv, window, R=2, traced=False, q2d=False, num_spl
         assert not np.asarray(out[NQ * nr_val:]).astype(np.float32).any()
     if backend == "ffi":
         local = f"bf16[{NQ * R},{Hq // tp},{D}]"
-        got = custom_call_q_shapes(txt)
+        got = sharding.custom_call_q_shapes(txt)
         assert got and all(s == local for s in got), f"custom-call q operands {got}, want {local}"
         return f"custom call q {got[0]}"
     return "ok"
