@@ -214,6 +214,18 @@ def _save(path, obj):
 
 
 # ----------------------------------------------------------------------------- JAX worker
+def _start_config(args, res, cfg):
+    """A worker's record for cfg, entered in res; None (recorded as skipped) past the deadline."""
+    rec = dict(config=cfg.as_dict())
+    res["configs"][cfg.name] = rec
+    if args.deadline_at and time.time() > args.deadline_at:
+        rec["status"] = "skipped"
+        _save(args.result_file, res)
+        _emit("step", f"{cfg.name} skipped (--budget-s)")
+        return None
+    return rec
+
+
 def jax_worker(args):
     import jax
     import jax.numpy as jnp
@@ -305,12 +317,8 @@ def jax_worker(args):
                                                <= ATOL + RTOL * jnp.abs(r.astype(jnp.float32))))))
 
     for cfg in configs:
-        rec = dict(config=cfg.as_dict())
-        res["configs"][cfg.name] = rec
-        if args.deadline_at and time.time() > args.deadline_at:
-            rec["status"] = "skipped"
-            _save(args.result_file, res)
-            _emit("step", f"{cfg.name} skipped (--budget-s)")
+        rec = _start_config(args, res, cfg)
+        if rec is None:
             continue
         try:
             kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV)
@@ -546,12 +554,8 @@ def torch_worker(args):
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
     for cfg in configs:
-        rec = dict(config=cfg.as_dict())
-        res["configs"][cfg.name] = rec
-        if args.deadline_at and time.time() > args.deadline_at:
-            rec["status"] = "skipped"
-            _save(args.result_file, res)
-            _emit("step", f"{cfg.name} skipped (--budget-s)")
+        rec = _start_config(args, res, cfg)
+        if rec is None:
             continue
         try:
             kv = torch_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV, dev)
