@@ -12,10 +12,12 @@ comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``).
 What is measured (all in one run, every implementation on the same data):
 
 * ours: ``jax_muse_attn.verify_attention(..., backend="ffi")`` as users call it. Per-call time
-  from an UNROLLED chain of N calls inside one jit (each call's output is the next call's q):
-  (t_N - t_1) / (N - 1), wall clock with block_until_ready, median over repeats. Run twice, in
+  from an UNROLLED chain of N calls inside one jit (each call's output is the next call's q;
+  the timed jit returns the last output only, as a decode step keeps its attention outputs
+  inside the jit): (t_N - t_1) / (N - 1), wall clock with block_until_ready, median over repeats. Run twice, in
   worker subprocesses, with XLA command buffers on and off (XLA_FLAGS is read at backend init).
-  Every output of every chain that is timed is first checked against
+  Every output of every chain that is timed is first checked (the same chain, returning all
+  outputs) against
   ``jax_muse_attn.reference.verify_attention`` (|out - ref| <= 1e-2 + 2e-2 |ref|); a config that
   fails is reported as FAIL and not timed, and the exit code is 1.
 * ours cold: a chain of n (L2 flush, call) pairs minus the same chain of flushes alone, over n.
@@ -335,16 +337,21 @@ def jax_worker(args):
             def ref(x, kv, bt, sl, w=w):
                 return reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w)
 
-            def chain(step, n):
+            # A chain returns every call's output when it is checked (keep=True) and only the
+            # last one when it is timed: outputs that leave the jit get fresh buffers each run,
+            # and XLA then re-records every command-buffer command that writes one (host work
+            # per call that a decode step, whose attention outputs stay inside the jit, never
+            # pays). Both forms run the same calls on the same inputs.
+            def chain(step, n, keep=False):
                 def f(x, kv, bt, sl):
                     outs = []
                     for _ in range(n):
                         x = step(x, kv, bt, sl)
                         outs.append(x)
-                    return tuple(outs)
+                    return tuple(outs) if keep else x
                 return jax.jit(f)
 
-            def cold_chain(n, with_call):
+            def cold_chain(n, with_call, keep=False):
                 def f(x, buf, kv, bt, sl):
                     outs = []
                     for _ in range(n):
@@ -354,7 +361,7 @@ def jax_worker(args):
                         if with_call:
                             x = ours(x, kv, bt, sl)
                         outs.append(x)
-                    return tuple(outs)
+                    return tuple(outs) if keep else x
                 return jax.jit(f)
 
             ref1 = jax.jit(ref)
@@ -373,15 +380,15 @@ def jax_worker(args):
 
             a = (q, kv, bt, sl)
             f1 = chain(ours, 1)
-            check_chain(q, f1(*a))
+            check_chain(q, chain(ours, 1, keep=True)(*a))
             n = pick_n(f1, a, args.chain) if check["ok"] else 0
             fN = chain(ours, n) if check["ok"] else None
             if check["ok"]:
-                check_chain(q, fN(*a))
+                check_chain(q, chain(ours, n, keep=True)(*a))
             nc = min(args.cold_chain, max(n, 2))
             fc = cold_chain(nc, True) if check["ok"] else None
             if check["ok"]:
-                check_chain(q, fc(q, buf, kv, bt, sl))
+                check_chain(q, cold_chain(nc, True, keep=True)(q, buf, kv, bt, sl))
             rec["check"] = check
             if not check["ok"]:
                 _log(f"[{args.worker}] {cfg.name}: CHECK FAILED {check}")

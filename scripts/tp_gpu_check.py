@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """TP2 check of verify_attention on 2 GPUs: correctness, no collectives, timing.
 
-    python scripts/tp_gpu_check.py [--context 32768] [--chain 20] [--reps 7]
+    python scripts/tp_gpu_check.py [--context 32768] [--chain 200] [--reps 9]
 
 Builds Muse-Spark-like TP2 problems (32 query / 4 KV heads, D 64, NQ 8, R = 1, 2, 4, full and
 SWA 2048, every request at `--context` keys), runs verify_attention with q/kv_cache
@@ -180,8 +180,8 @@ def two_gpu_part(args, gpus):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--context", type=int, default=32768)
-    ap.add_argument("--chain", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--chain", type=int, default=200)
+    ap.add_argument("--reps", type=int, default=9)
     args = ap.parse_args()
     gpus = [d for d in jax.devices() if d.platform in ("gpu", "cuda", "rocm")]
     print(f"jax {jax.__version__}, jax_muse_attn handlers {jax_muse_attn.registered_platforms()}, "
