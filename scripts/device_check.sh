@@ -12,7 +12,8 @@
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
 #   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbpdl: the
-#              same with programmatic dependent launch (MUSE_ATTN_PDL=1); kbsan: racecheck + memcheck on it
+#              same with programmatic dependent launch (MUSE_ATTN_PDL=1); kbsan: racecheck + memcheck on it;
+#              kbsweep: the same over split counts
 #   tp         scripts/tp_gpu_check.py (2 GPUs)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -62,6 +63,16 @@ for s in "${steps[@]}"; do
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kb_build.log" 2>&1
       TAIL_LINES=12 run_step kb 120 /tmp/kernel_bench ;;
+    kbsweep)  # after kb: the kernels alone over split counts (L R window splits)
+      sweep=()
+      for sp in 12 17 24 33; do sweep+=(32768 1 2048 "$sp"); done
+      for sp in 6 9 12 17; do sweep+=(32768 16 2048 "$sp"); done
+      for sp in 8 16; do sweep+=(2048 1 0 "$sp"); done
+      for sp in 16 32 49; do sweep+=(8192 4 0 "$sp"); done
+      for sp in 66 99 132 198; do sweep+=(32768 1 0 "$sp"); done
+      for sp in 33 49 66; do sweep+=(32768 4 0 "$sp"); done
+      for sp in 8 12 16; do sweep+=(131072 16 0 "$sp"); done
+      TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned
       for tool in racecheck memcheck; do

@@ -1,9 +1,10 @@
 // The merge: for each output row of each (request, KV head) group, combine the group's
-// segment partials (m, l, o) with the max trick, divide by l and write bf16. kSegLanes threads
-// share one (row, 4 consecutive d): each folds every kSegLanes-th segment into a running state
-// (loads of several segments in flight), then the lanes combine by shuffles. Rows that saw no
-// key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the whole
-// output is defined whatever the split wrote. With MUSE_ATTN_PDL=1 on NVIDIA sm_90 it is
+// segment partials (m, l, o) with the max trick, divide by l and write bf16. SegLanes threads
+// (one warp's lanes, 8 to 32: more when there are more segments, chosen from the static split
+// count) share one (row, 4 consecutive d): each folds every SegLanes-th segment into a running
+// state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
+// saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
+// whole output is defined whatever the split wrote. With MUSE_ATTN_PDL=1 on NVIDIA sm_90 it is
 // launched as a programmatic dependent of the split kernel (vendor.h): it reads the request
 // geometry while the split kernel finishes, then waits for it before reading the partials.
 #include <cstdint>
@@ -20,7 +21,13 @@ namespace muse_attn::gpu {
 namespace {
 
 constexpr int kMergeThreads = 256;
-constexpr int kSegLanes = 8;  // lanes that split one row-quad's segments (a power of 2 <= warp)
+
+// Lanes that split one row-quad's segments: about 4 segments a lane at most, so the loads of a
+// lane are in flight together (a lane folding 25 segments one round trip at a time made the
+// merge of 198 segments take 10 us).
+constexpr int seg_lanes_for(int num_splits) {
+  return num_splits <= 32 ? 8 : num_splits <= 64 ? 16 : 32;
+}
 
 // Running merge of partial states: (m, l, acc) with acc, l relative to exp2(m).
 struct Fold {
@@ -38,16 +45,17 @@ struct Fold {
   }
 };
 
-template <int D>
+template <int D, int SegLanes>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
+  static_assert(SegLanes <= kWarpSize && (SegLanes & (SegLanes - 1)) == 0,
+                "the lanes of a row-quad are one warp's, a power of 2");
   constexpr int kQuads = D / 4;
-  constexpr int kThreadsPerRow = kQuads * kSegLanes;
-  constexpr int kRowsPerCta = kMergeThreads / kThreadsPerRow;
-  static_assert(kMergeThreads % kThreadsPerRow == 0, "whole rows a CTA");
+  // Thread -> (row, quad, segment lane); consecutive threads: segment lanes, then quads.
+  const int64_t index = int64_t{blockIdx.x} * kMergeThreads + threadIdx.x;
+  const int row = static_cast<int>(index / (kQuads * SegLanes));
+  const int dq = static_cast<int>(index / SegLanes % kQuads);
+  const int sl = threadIdx.x % SegLanes;
   const int group = blockIdx.y;
-  const int row = blockIdx.x * kRowsPerCta + threadIdx.x / kThreadsPerRow;
-  const int dq = threadIdx.x / kSegLanes % kQuads;
-  const int sl = threadIdx.x % kSegLanes;
   const bool row_ok = row < p.rows;  // no early return: the lanes shuffle below
   const int req = group / p.num_kv_heads;
   const int kvh = group % p.num_kv_heads;
@@ -61,13 +69,13 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
 
   Fold f;
 #pragma unroll 4
-  for (int seg = sl; seg < nseg; seg += kSegLanes) {
+  for (int seg = sl; seg < nseg; seg += SegLanes) {
     const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + lay.ml_offset(group, seg, row));
     const float4 o = *reinterpret_cast<const float4*>(p.part_o + lay.o_offset(group, seg, row) + 4 * dq);
     f.add(ml.x, ml.y, o);
   }
 #pragma unroll
-  for (int mask = 1; mask < kSegLanes; mask <<= 1) {
+  for (int mask = 1; mask < SegLanes; mask <<= 1) {
     const float m2 = shfl_xor(f.m, mask), l2 = shfl_xor(f.l, mask);
     const float4 o2 = make_float4(shfl_xor(f.acc.x, mask), shfl_xor(f.acc.y, mask),
                                   shfl_xor(f.acc.z, mask), shfl_xor(f.acc.w, mask));
@@ -86,15 +94,16 @@ bool env_is(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
-template <int D>
+template <int D, int SegLanes>
 gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
-  constexpr int kRowsPerCta = kMergeThreads / (D / 4 * kSegLanes);
-  const dim3 grid((p.rows + kRowsPerCta - 1) / kRowsPerCta, p.num_requests * p.num_kv_heads);
+  const int64_t threads_per_group = int64_t{p.rows} * (D / 4) * SegLanes;
+  const dim3 grid(static_cast<unsigned>((threads_per_group + kMergeThreads - 1) / kMergeThreads),
+                  p.num_requests * p.num_kv_heads);
 #if defined(MUSE_ATTN_CUDA)
   // With MUSE_ATTN_PDL=1 (sm_90+), launched as a programmatic dependent of the split kernel:
   // its launch and prologue overlap the split kernel instead of following it. Off by default:
   // on an H200 it saved ~0.6-1 us where the call is latency-bound but cost ~5-6 us at 8k-128k
-  // (benchmarks/kernel_bench.cu, kb vs kbnopdl in benchmarks/NOTES.md). One kind of GPU a
+  // (benchmarks/kernel_bench.cu, kb vs kbpdl in benchmarks/NOTES.md). One kind of GPU a
   // process, as XLA assumes.
   static const bool pdl = env_is("MUSE_ATTN_PDL", "1") && device_supports_pdl();
   if (pdl) {
@@ -108,17 +117,26 @@ gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel<D>, p);
+    return cudaLaunchKernelEx(&cfg, merge_kernel<D, SegLanes>, p);
   }
 #endif
-  merge_kernel<D><<<grid, kMergeThreads, 0, stream>>>(p);
+  merge_kernel<D, SegLanes><<<grid, kMergeThreads, 0, stream>>>(p);
   return gpuGetLastError();
+}
+
+template <int D>
+gpuError_t launch_merge_lanes(const VerifyParams& p, gpuStream_t stream) {
+  switch (seg_lanes_for(p.num_splits)) {
+    case 8: return launch_merge_d<D, 8>(p, stream);
+    case 16: return launch_merge_d<D, 16>(p, stream);
+    default: return launch_merge_d<D, 32>(p, stream);
+  }
 }
 
 }  // namespace
 
 gpuError_t launch_merge(const VerifyParams& p, gpuStream_t stream) {
-  return p.head_dim == 64 ? launch_merge_d<64>(p, stream) : launch_merge_d<128>(p, stream);
+  return p.head_dim == 64 ? launch_merge_lanes<64>(p, stream) : launch_merge_lanes<128>(p, stream);
 }
 
 }  // namespace muse_attn::gpu
