@@ -6,7 +6,8 @@
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids;
-// MUSE_ATTN_PDL=1 launches the merge as a programmatic dependent launch (off by default).
+// MUSE_ATTN_PDL=1 / 0 launches the merge always / never as a programmatic dependent launch
+// (default: when the split grid has at most one CTA an SM).
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // No output check here: the bench and the tests check the kernels; this only times them.
 #include <cuda_runtime.h>

@@ -11,8 +11,9 @@
 #   racecheck  compute-sanitizer racecheck on the same
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
-#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbpdl: the
-#              same with programmatic dependent launch (MUSE_ATTN_PDL=1); kbsan: racecheck + memcheck on it;
+#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbpdl / kbnopdl:
+#              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
+#              default: for small split grids); kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts
 #   tp         scripts/tp_gpu_check.py (2 GPUs)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
@@ -48,7 +49,9 @@ for s in "${steps[@]}"; do
       nvcc -arch=sm_90 -o /tmp/sanitizer_selftest "$ROOT/scripts/sanitizer_selftest.cu" >"$LOGS/selftest_build.log" 2>&1
       run_step selftest_mem 60 compute-sanitizer --tool memcheck /tmp/sanitizer_selftest
       run_step selftest_race 60 compute-sanitizer --tool racecheck /tmp/sanitizer_selftest ;;
-    memcheck) XLA_PYTHON_CLIENT_ALLOCATOR=platform SANITIZE_QUICK=1 run_step memcheck 240 \
+    # memcheck of the JAX process with the merge as a programmatic dependent launch segfaulted
+    # inside compute-sanitizer (README); the PDL path is memchecked by kbsan, without JAX.
+    memcheck) MUSE_ATTN_PDL=0 XLA_PYTHON_CLIENT_ALLOCATOR=platform SANITIZE_QUICK=1 run_step memcheck 240 \
         compute-sanitizer --tool memcheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
     racecheck) SANITIZE_QUICK=1 run_step racecheck 240 \
         compute-sanitizer --tool racecheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
@@ -74,6 +77,7 @@ for s in "${steps[@]}"; do
       for sp in 8 12 16; do sweep+=(131072 16 0 "$sp"); done
       TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
+    kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned
       for tool in racecheck memcheck; do
         for poison in 0 1; do

@@ -4,9 +4,10 @@
 // count) share one (row, 4 consecutive d): each folds every SegLanes-th segment into a running
 // state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
-// whole output is defined whatever the split wrote. With MUSE_ATTN_PDL=1 on NVIDIA sm_90 it is
-// launched as a programmatic dependent of the split kernel (vendor.h): it reads the request
-// geometry while the split kernel finishes, then waits for it before reading the partials.
+// whole output is defined whatever the split wrote. On NVIDIA sm_90, for small split grids (or
+// with MUSE_ATTN_PDL=1; merge_uses_pdl) it is launched as a programmatic dependent of the split
+// kernel (vendor.h): it reads the request geometry while the split kernel finishes, then waits
+// for it before reading the partials.
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -94,19 +95,39 @@ bool env_is(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
+// Whether the merge is launched as a programmatic dependent of the split kernel (PDL, NVIDIA
+// sm_90+): MUSE_ATTN_PDL=1 always, MUSE_ATTN_PDL=0 never; unset, when the split grid has at
+// most one CTA an SM. On an H200 PDL saved 0.6-1 us on such latency-bound calls (SWA R=1, full
+// 2k R=1) but cost ~5 us on full grids (8k R=4 to 128k, not understood; benchmarks/NOTES.md).
+// The decision uses static shapes and the device's SM count only, never device data.
+bool merge_uses_pdl(const VerifyParams& p) {
+#if defined(MUSE_ATTN_CUDA)
+  static const int mode = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
+  static const bool capable = device_supports_pdl();  // one kind of GPU a process, as XLA assumes
+  if (!capable || mode == 0) return false;
+  if (mode == 1) return true;
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return false;
+  const int64_t split_ctas = int64_t{p.num_splits} * p.num_requests * p.num_kv_heads *
+                             ((p.rows + kMaxRows - 1) / kMaxRows);
+  return split_ctas <= sms;
+#else
+  (void)p;
+  return false;
+#endif
+}
+
 template <int D, int SegLanes>
 gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
   const int64_t threads_per_group = int64_t{p.rows} * (D / 4) * SegLanes;
   const dim3 grid(static_cast<unsigned>((threads_per_group + kMergeThreads - 1) / kMergeThreads),
                   p.num_requests * p.num_kv_heads);
 #if defined(MUSE_ATTN_CUDA)
-  // With MUSE_ATTN_PDL=1 (sm_90+), launched as a programmatic dependent of the split kernel:
-  // its launch and prologue overlap the split kernel instead of following it. Off by default:
-  // on an H200 it saved ~0.6-1 us where the call is latency-bound but cost ~5-6 us at 8k-128k
-  // (benchmarks/kernel_bench.cu, kb vs kbpdl in benchmarks/NOTES.md). One kind of GPU a
-  // process, as XLA assumes.
-  static const bool pdl = env_is("MUSE_ATTN_PDL", "1") && device_supports_pdl();
-  if (pdl) {
+  // As a programmatic dependent of the split kernel (merge_uses_pdl): its launch and prologue
+  // overlap the split kernel instead of following it.
+  if (merge_uses_pdl(p)) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(kMergeThreads);
