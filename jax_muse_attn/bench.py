@@ -17,7 +17,7 @@ What is measured (all in one run, every implementation on the same data):
   inside the jit): (t_N - t_1) / (N - 1), wall clock with block_until_ready, median over repeats. Run twice, in
   worker subprocesses, with XLA command buffers on and off (XLA_FLAGS is read at backend init).
   Every output of every chain that is timed is first checked (the same chain, returning all
-  outputs) against
+  outputs; the timed jit's output must equal its last one bit for bit) against
   ``jax_muse_attn.reference.verify_attention`` (|out - ref| <= 1e-2 + 2e-2 |ref|); a config that
   fails is reported as FAIL and not timed, and the exit code is 1.
 * ours cold: a chain of n (L2 flush, call) pairs minus the same chain of flushes alone, over n.
@@ -378,17 +378,32 @@ def jax_worker(args):
                     if nb or not math.isfinite(m):
                         check["ok"] = False
 
+            def same_as_checked(timed_out, checked_outs):
+                # The timed jit (last output only) must give the checked chain's last output,
+                # bit for bit (the kernel is deterministic).
+                same = bool(np.array_equal(np.asarray(timed_out).view(np.uint16),
+                                           np.asarray(checked_outs[-1]).view(np.uint16)))
+                check["timed_equals_checked"] = check.get("timed_equals_checked", True) and same
+                if not same:
+                    check["ok"] = False
+
             a = (q, kv, bt, sl)
             f1 = chain(ours, 1)
-            check_chain(q, chain(ours, 1, keep=True)(*a))
+            outs = chain(ours, 1, keep=True)(*a)
+            check_chain(q, outs)
+            same_as_checked(f1(*a), outs)
             n = pick_n(f1, a, args.chain) if check["ok"] else 0
             fN = chain(ours, n) if check["ok"] else None
             if check["ok"]:
-                check_chain(q, chain(ours, n, keep=True)(*a))
+                outs = chain(ours, n, keep=True)(*a)
+                check_chain(q, outs)
+                same_as_checked(fN(*a), outs)
             nc = min(args.cold_chain, max(n, 2))
             fc = cold_chain(nc, True) if check["ok"] else None
             if check["ok"]:
-                check_chain(q, cold_chain(nc, True, keep=True)(q, buf, kv, bt, sl))
+                outs = cold_chain(nc, True, keep=True)(q, buf, kv, bt, sl)
+                check_chain(q, outs)
+                same_as_checked(fc(q, buf, kv, bt, sl), outs)
             rec["check"] = check
             if not check["ok"]:
                 _log(f"[{args.worker}] {cfg.name}: CHECK FAILED {check}")

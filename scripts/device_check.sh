@@ -66,16 +66,15 @@ for s in "${steps[@]}"; do
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kb_build.log" 2>&1
       TAIL_LINES=12 run_step kb 120 /tmp/kernel_bench ;;
-    kbsweep)  # after kb: the kernels alone over split counts (L R window splits)
+    kbsweep)  # after kb: the kernels alone over split counts (L R window splits), benchmarks/NOTES.md v4
       sweep=()
-      for sp in 12 17 24 33; do sweep+=(32768 1 2048 "$sp"); done
-      for sp in 6 9 12 17; do sweep+=(32768 16 2048 "$sp"); done
-      for sp in 8 16; do sweep+=(2048 1 0 "$sp"); done
-      for sp in 16 32 49; do sweep+=(8192 4 0 "$sp"); done
-      for sp in 66 99 132 198; do sweep+=(32768 1 0 "$sp"); done
+      for sp in 9 12 17 24 33; do sweep+=(32768 1 2048 "$sp"); done
+      for sp in 3 6 9 12; do sweep+=(32768 16 2048 "$sp"); done
+      for sp in 8 11 16 32; do sweep+=(2048 1 0 "$sp"); done
+      for sp in 16 32 49 64; do sweep+=(8192 4 0 "$sp"); done
+      for sp in 66 99 132 198 256; do sweep+=(32768 1 0 "$sp"); done
       for sp in 33 49 66; do sweep+=(32768 4 0 "$sp"); done
-      for sp in 8 12 16; do sweep+=(131072 16 0 "$sp"); done
-      TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
+      MUSE_ATTN_PDL="${MUSE_ATTN_PDL:-0}" TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned

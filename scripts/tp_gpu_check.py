@@ -10,7 +10,8 @@ head-sharded on a 2-GPU mesh and checks:
     reduce-scatter, and the custom call sees 16 query heads per GPU;
   * the sharded output is bitwise equal to the unsharded ffi call with the same num_splits, and
     within the SPEC tolerance of the unsharded jnp reference;
-and times the sharded call against one GPU running one shard's share (16/2 heads): per call,
+and times the sharded call against one shard's share (16/2 heads) on each GPU alone (the
+sharded run ends when its slower GPU does): per call,
 (t_chain - t_1) / (chain - 1) from chains of 1 and `--chain` dependent calls inside one jit
 (medians of `--reps` runs), so that the jit's host dispatch, larger over two devices, cancels.
 
@@ -174,7 +175,7 @@ def two_gpu_part(args, gpus):
           f"{args.context}, {args.chain} chained calls a jit, median of {args.reps}")
     print(f"{'attn':>8} {'R':>2} {'splits':>6} {'ok':>5} {'bitwise':>7} {'max err':>9} "
           f"{'collect.':>8} {'custom-call q':>16} {'TP2 us':>8} {'GPU0 share':>10} {'GPU1 share':>10} "
-          f"{'ratio':>6} {'vs slower':>9}")
+          f"{'/GPU0':>6} {'/slower':>9}")
     for name, R, splits, good, bit, err, coll, qs, t2, (ta, tb) in rows:
         print(f"{name:>8} {R:>2} {splits:>6} {str(good):>5} {str(bit):>7} {err:9.2e} {coll:>8} "
               f"{','.join(qs):>16} {t2:8.1f} {ta:10.1f} {tb:10.1f} {t2 / ta:6.2f} {t2 / max(ta, tb):9.2f}")

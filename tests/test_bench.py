@@ -20,6 +20,7 @@ def test_bench_smoke(tmp_path):
     assert row["status"] == "ok"
     for mode in ("on", "off"):
         assert row[f"check_{mode}"]["ok"] and row[f"check_{mode}"]["outputs_checked"] >= 3
+        assert row[f"check_{mode}"]["timed_equals_checked"] is True
         assert row[f"ours_{mode}_us"] is not None
         assert out["workers"][mode]["configs"]["full1k-r1"]["ours"]["n"] >= 2
     assert row["reference_us"] is not None

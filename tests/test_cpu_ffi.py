@@ -27,6 +27,14 @@ def test_num_splits_long(rng, num_splits, window):
     np.testing.assert_array_equal(bits(out), bits(again))
 
 
+# On a GPU the merge spreads a row's segments over 8 / 16 / 32 lanes by the split count; at
+# D = 128 a row's 32 quads x 32 lanes span 4 merge CTAs.
+@pytest.mark.parametrize("num_splits", [3, 40, 100])
+def test_num_splits_head_dim_128(rng, num_splits):
+    c = make_case(rng, 4, [5000, 9, 2056, 4097], P=LONG_P, D=128, Hq=16, Hkv=2)
+    check_case(c, "ffi", num_splits=num_splits, what=f"D 128 splits {num_splits}")
+
+
 @pytest.mark.parametrize("num_splits", [1, 2, 3, 5, 1000])
 @pytest.mark.parametrize("window", [None, 1, 16, 100])
 def test_num_splits_short(rng, num_splits, window):

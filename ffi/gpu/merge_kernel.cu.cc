@@ -23,9 +23,9 @@ namespace {
 
 constexpr int kMergeThreads = 256;
 
-// Lanes that split one row-quad's segments: about 4 segments a lane at most, so the loads of a
-// lane are in flight together (a lane folding 25 segments one round trip at a time made the
-// merge of 198 segments take 10 us).
+// Lanes that split one row-quad's segments: 4-6 segments a lane at the default split counts, so
+// the loads of a lane are in flight together (8 lanes folding ~21 segments each, one round trip
+// at a time, made the merge of full 32k R=1 take 10 us).
 constexpr int seg_lanes_for(int num_splits) {
   return num_splits <= 32 ? 8 : num_splits <= 64 ? 16 : 32;
 }
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
                                               pack_bf16x2(f.acc.z * inv, f.acc.w * inv));
 }
 
-bool env_is(const char* name, const char* value) {
+[[maybe_unused]] bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, value) == 0;
 }
@@ -100,7 +100,7 @@ bool env_is(const char* name, const char* value) {
 // most one CTA an SM. On an H200 PDL saved 0.6-1 us on such latency-bound calls (SWA R=1, full
 // 2k R=1) but cost ~5 us on full grids (8k R=4 to 128k, not understood; benchmarks/NOTES.md).
 // The decision uses static shapes and the device's SM count only, never device data.
-bool merge_uses_pdl(const VerifyParams& p) {
+[[maybe_unused]] bool merge_uses_pdl(const VerifyParams& p) {
 #if defined(MUSE_ATTN_CUDA)
   static const int mode = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
   static const bool capable = device_supports_pdl();  // one kind of GPU a process, as XLA assumes
