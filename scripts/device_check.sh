@@ -15,7 +15,7 @@
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
 #              default: for small split grids); kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts
-#   tp         scripts/tp_gpu_check.py (2 GPUs)
+#   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
 set -u
@@ -88,6 +88,7 @@ for s in "${steps[@]}"; do
       done
       unset MUSE_KB_ONCE MUSE_KB_POISON ;;
     tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
+    tp8) run_step tp8 540 python3 "$ROOT/scripts/tp_gpu_check.py" --tp 8 ;;
     *) echo "device_check: unknown step $s" >&2; exit 2 ;;
   esac
 done

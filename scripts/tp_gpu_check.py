@@ -1,30 +1,42 @@
 #!/usr/bin/env python
-"""TP2 check of verify_attention on 2 GPUs: correctness, no collectives, timing.
+"""Tensor-parallel check of verify_attention on N GPUs: correctness, no collectives, timing.
 
-    python scripts/tp_gpu_check.py [--context 32768] [--chain 200] [--reps 9]
+    python scripts/tp_gpu_check.py [--tp 2] [--context 32768] [--chain 200] [--reps 9]
+    python scripts/tp_gpu_check.py --tp 8 --cpu-dry-run    # the same code on 8 CPU host devices
 
-Builds Muse-Spark-like TP2 problems (32 query / 4 KV heads, D 64, NQ 8, R = 1, 2, 4, full and
-SWA 2048, every request at `--context` keys), runs verify_attention with q/kv_cache
-head-sharded on a 2-GPU mesh and checks:
+Builds Muse-Spark-like TP problems with 16 query / 2 KV heads a device (TP2: 32/4 in all; TP8:
+128/16, the Muse Spark layout), D 64, NQ 8, R = 1, 2, 4, full and SWA 2048, every request at
+`--context` keys, runs verify_attention with q/kv_cache head-sharded on a `--tp`-device mesh
+and checks:
   * the compiled HLO has no all-gather / all-to-all / collective-permute / all-reduce /
-    reduce-scatter, and the custom call sees 16 query heads per GPU;
+    reduce-scatter, and the custom call sees 16 query heads per device;
   * the sharded output is bitwise equal to the unsharded ffi call with the same num_splits, and
     within the SPEC tolerance of the unsharded jnp reference;
 and times the sharded call against one shard's share (16/2 heads) on each GPU alone (the
-sharded run ends when its slower GPU does): per call,
+sharded run ends when its slowest GPU does): per call,
 (t_chain - t_1) / (chain - 1) from chains of 1 and `--chain` dependent calls inside one jit
-(medians of `--reps` runs), so that the jit's host dispatch, larger over two devices, cancels.
+(medians of `--reps` runs), so that the jit's host dispatch, larger over several devices, cancels.
 
-With fewer than 2 GPUs it says so and runs the degraded part only: the single-device check
+With fewer GPUs than `--tp` it says so and runs the degraded part only: the single-device check
 (one GPU: correctness and timing of the one-shard share; CPU: a small correctness check).
+`--cpu-dry-run` runs the TP part on `--tp` CPU host devices instead (small context, short
+chains: the timing is meaningless there, the checks are real).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
+if "--cpu-dry-run" in sys.argv:  # before JAX starts: host devices for the mesh
+    _n = sys.argv[sys.argv.index("--tp") + 1] if "--tp" in sys.argv else "2"
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={_n}").strip()
+
 import argparse
 import functools
 import statistics
-import sys
 import time
 
 import jax
@@ -120,8 +132,10 @@ def single_device_part(args, gpus):
     return ok_all
 
 
-def two_gpu_part(args, gpus):
-    mesh = Mesh(np.array(gpus[:2]), ("tp",))
+def tp_part(args, devs):
+    tp = args.tp
+    hq, hkv = 16 * tp, 2 * tp  # 16/2 a device
+    mesh = Mesh(np.array(devs[:tp]), ("tp",))
     specs = tp_specs("tp")
     ins = tuple(NamedSharding(mesh, s) for s in
                 (specs.q, specs.kv_cache, specs.block_table, specs.seq_lens))
@@ -132,7 +146,7 @@ def two_gpu_part(args, gpus):
         for R in (1, 2, 4):
             splits = splits_for(R, 16, 2, args.context, window)
             kw = dict(scale=0.125, window=window, tokens_per_request=NQ)
-            q, kv, bt, sl = make(R, 32, 4, args.context, seed=R)
+            q, kv, bt, sl = make(R, hq, hkv, args.context, seed=R)
             one = jax.devices()[0]
             ref = jax.jit(functools.partial(jax_muse_attn.verify_attention, backend="reference",
                                             **kw))(*jax.device_put((q, kv, bt, sl), one))
@@ -162,41 +176,48 @@ def two_gpu_part(args, gpus):
                           for n in (1, args.chain))
             assert not hlo_collectives(c2_n.as_text()), "collectives in the timed chain"
             t2 = time_per_call(c2_1, c2_n, sargs, args.chain, args.reps)
-            # One shard's share on each GPU alone: the sharded run ends when its slower GPU does.
+            # One shard's share on each device alone: the sharded run ends when its slowest does.
             t1s = []
-            for g in gpus[:2]:
+            for g in devs[:tp]:
                 share = jax.device_put(make(R, 16, 2, args.context, seed=R), g)
                 c1_1, c1_n = (jax.jit(chain(n, num_splits=splits, **kw)).lower(*share).compile()
                               for n in (1, args.chain))
                 t1s.append(time_per_call(c1_1, c1_n, share, args.chain, args.reps))
             rows.append(("full" if window is None else f"swa{window}", R, splits, good, bit, err,
                          ",".join(coll) or "none", qshapes, t2, t1s))
-    print(f"\nTP2 on {gpus[0].device_kind} x2: 32/4 heads sharded (16/2 a GPU), context "
-          f"{args.context}, {args.chain} chained calls a jit, median of {args.reps}")
+    print(f"\nTP{tp} on {devs[0].device_kind} x{tp}: {hq}/{hkv} heads sharded (16/2 a device), "
+          f"context {args.context}, {args.chain} chained calls a jit, median of {args.reps}")
     print(f"{'attn':>8} {'R':>2} {'splits':>6} {'ok':>5} {'bitwise':>7} {'max err':>9} "
-          f"{'collect.':>8} {'custom-call q':>16} {'TP2 us':>8} {'GPU0 share':>10} {'GPU1 share':>10} "
-          f"{'/GPU0':>6} {'/slower':>9}")
-    for name, R, splits, good, bit, err, coll, qs, t2, (ta, tb) in rows:
+          f"{'collect.':>8} {'custom-call q':>16} {'TP us':>8} {'share us, each device':>{9 * tp}} "
+          f"{'/dev0':>6} {'/slowest':>8}")
+    for name, R, splits, good, bit, err, coll, qs, t2, ts in rows:
+        each = "".join(f"{t:9.1f}" for t in ts)
         print(f"{name:>8} {R:>2} {splits:>6} {str(good):>5} {str(bit):>7} {err:9.2e} {coll:>8} "
-              f"{','.join(qs):>16} {t2:8.1f} {ta:10.1f} {tb:10.1f} {t2 / ta:6.2f} {t2 / max(ta, tb):9.2f}")
+              f"{','.join(qs):>16} {t2:8.1f} {each} {t2 / ts[0]:6.2f} {t2 / max(ts):8.2f}")
     return ok_all
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tp", type=int, default=2, help="devices of the TP mesh (16/2 heads each)")
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--chain", type=int, default=200)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--cpu-dry-run", action="store_true",
+                    help="the TP part on --tp CPU host devices (context 1024, short chains)")
     args = ap.parse_args()
+    if args.cpu_dry_run:
+        args.context, args.chain, args.reps = 1024, 3, 1
     gpus = [d for d in jax.devices() if d.platform in ("gpu", "cuda", "rocm")]
     print(f"jax {jax.__version__}, jax_muse_attn handlers {jax_muse_attn.registered_platforms()}, "
           f"devices: {jax.devices()}")
     ok = single_device_part(args, gpus)
-    if len(gpus) >= 2:
-        ok &= two_gpu_part(args, gpus)
+    devs = jax.devices("cpu") if args.cpu_dry_run else gpus
+    if len(devs) >= args.tp >= 2:
+        ok &= tp_part(args, devs)
     else:
-        print(f"\nSKIPPED the 2-GPU part: this machine has {len(gpus)} GPU(s); it needs 2 "
-              "(TP2 sharded run, collective check and TP2-vs-share timing).")
+        print(f"\nSKIPPED the TP{args.tp} part: this machine has {len(gpus)} GPU(s); it needs "
+              f"{args.tp} (sharded run, collective check and TP-vs-share timing).")
     print("\nALL OK" if ok else "\nFAILED (see the table)")
     return 0 if ok else 1
 
