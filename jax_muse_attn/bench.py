@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import fnmatch
+import functools
 import importlib.util
 import json
 import math
@@ -504,8 +505,14 @@ def torch_worker(args):
     dev = torch.device("cuda")
     res["device"] = torch.cuda.get_device_name()
 
-    def ev():
-        return torch.cuda.Event(enable_timing=True)
+    def timed_us(work, per=1):
+        """Device time of work() (CUDA events around it on the current stream), us / per."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        work()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / per
 
     # ---- floors (as in the anchors)
     try:
@@ -517,12 +524,7 @@ def torch_worker(args):
         torch.cuda.synchronize()
         ts = []
         for _ in range(20):
-            s, e = ev(), ev()
-            s.record()
-            dst.copy_(src)
-            e.record()
-            e.synchronize()
-            ts.append(s.elapsed_time(e) * 1e3)
+            ts.append(timed_us(functools.partial(dst.copy_, src)))
         res["floors"]["torch_copy"] = dict(bytes=n, us=ts, GBps=2 * n / (_median(ts) * 1e-6) / 1e9,
                                            how="1 GiB dst.copy_(src), read + write counted")
         del src, dst
@@ -540,20 +542,13 @@ def torch_worker(args):
             g1.replay(), g100.replay()
         torch.cuda.synchronize()
         thr, ink = [], []
-        for _ in range(10):
-            s, e = ev(), ev()
-            s.record()
+        def g1_200():
             for _ in range(200):
                 g1.replay()
-            e.record()
-            e.synchronize()
-            thr.append(s.elapsed_time(e) * 1e3 / 200)
-            s, e = ev(), ev()
-            s.record()
-            g100.replay()
-            e.record()
-            e.synchronize()
-            ink.append(s.elapsed_time(e) * 1e3 / 100)
+
+        for _ in range(10):
+            thr.append(timed_us(g1_200, per=200))
+            ink.append(timed_us(g100.replay, per=100))
         res["floors"]["torch_empty_kernel"] = dict(graph1_back_to_back_us=_median(thr),
                                                    per_kernel_in_graph100_us=_median(ink))
     except Exception as e:
@@ -630,20 +625,10 @@ def torch_worker(args):
             torch.cuda.synchronize()
             hot, cold = [], []
             for _ in range(max(args.repeats, 10)):
-                a, b = ev(), ev()
-                a.record()
-                g_hot.replay()
-                b.record()
-                b.synchronize()
-                hot.append(a.elapsed_time(b) * 1e3 / 20)
+                hot.append(timed_us(g_hot.replay, per=20))
             for _ in range(max(args.repeats, 20)):
-                flush.sum(dtype=torch.float32)
-                a, b = ev(), ev()
-                a.record()
-                g_one.replay()
-                b.record()
-                b.synchronize()
-                cold.append(a.elapsed_time(b) * 1e3)
+                flush.sum(dtype=torch.float32)  # evicts L2, before the timed replay
+                cold.append(timed_us(g_one.replay))
             rec.update(status="ok", hot_us=_median(hot), cold_us=_median(cold), hot_samples_us=hot,
                        cold_samples_us=cold, resolved_backend=getattr(wr, "_backend", None))
             del g_hot, g_one
