@@ -9,6 +9,9 @@
 // MUSE_ATTN_PDL=1 / 0 launches the merge always / never as a programmatic dependent launch
 // (default: when the split grid has at most one CTA an SM).
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
+// Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
+// spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
+// split CTA started.
 // No output check here: the bench and the tests check the kernels; this only times them.
 #include <cuda_runtime.h>
 
@@ -21,6 +24,7 @@
 #include <vector>
 
 #include "gpu/kernels.h"
+#include "gpu/timeline.h"
 
 using muse_attn::gpu::VerifyParams;
 
@@ -85,6 +89,13 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
   p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f;
 
+#if defined(MUSE_ATTN_TIMELINE)
+  using muse_attn::gpu::kTimelineEvents;
+  using muse_attn::gpu::kTimelineMergeBase;
+  const size_t tl_elems = size_t{2} * kTimelineMergeBase * kTimelineEvents;
+  CHECK(cudaMalloc(&p.timeline, tl_elems * 8));
+  CHECK(cudaMemset(p.timeline, 0, tl_elems * 8));
+#endif
   cudaStream_t st;
   CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaEvent_t e0, e1;
@@ -131,9 +142,38 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
               window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits, bytes / 1e6, t_split, t_merge, t_both, t_graph,
               bytes / (t_graph * 1e-6) / 1e9);
+#if defined(MUSE_ATTN_TIMELINE)
+  // The last call of one more graph run (the calls before it leave the same stamps).
+  CHECK(cudaMemset(p.timeline, 0, tl_elems * 8));
+  CHECK(cudaGraphLaunch(ge, st));
+  CHECK(cudaStreamSynchronize(st));
+  std::vector<uint64_t> tl(tl_elems);
+  CHECK(cudaMemcpy(tl.data(), p.timeline, tl_elems * 8, cudaMemcpyDeviceToHost));
+  uint64_t t0 = ~uint64_t{0};
+  for (int c = 0; c < kTimelineMergeBase; ++c)
+    if (tl[size_t(c) * kTimelineEvents]) t0 = std::min(t0, tl[size_t{c} * kTimelineEvents]);
+  const char* names[2][6] = {{"start", "seq_lens", "ids+copies", "tile0 in", "tiles done", "partials"},
+                             {"start", "dep wait", "folded", "written", "", ""}};
+  for (int k = 0; k < 2; ++k) {
+    for (int e = 0; e < (k ? 4 : 6); ++e) {
+      std::vector<double> v;
+      for (int c = 0; c < kTimelineMergeBase; ++c) {
+        const uint64_t t = tl[(size_t(k) * kTimelineMergeBase + c) * kTimelineEvents + e];
+        if (t) v.push_back((double(t) - double(t0)) * 1e-3);
+      }
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf("    %s %-10s n=%-5zu min %6.2f  med %6.2f  max %6.2f us\n", k ? "merge" : "split",
+                  names[k][e], v.size(), v.front(), v[v.size() / 2], v.back());
+    }
+  }
+#endif
   CHECK(cudaGraphExecDestroy(ge));
   CHECK(cudaGraphDestroy(g));
   }
+#if defined(MUSE_ATTN_TIMELINE)
+  CHECK(cudaFree(p.timeline));
+#endif
   for (void* ptr : {(void*)kv, (void*)q, (void*)out, (void*)bt, (void*)sl, (void*)nr, (void*)po, (void*)pml})
     CHECK(cudaFree(ptr));
   CHECK(cudaStreamDestroy(st));

@@ -14,7 +14,8 @@
 #   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbpdl / kbnopdl:
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
 #              default: for small split grids); kbsan: racecheck + memcheck on it;
-#              kbsweep: the same over split counts
+#              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
+#              each config's time goes (KBTL_ARGS: L R window splits ...)
 #   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -75,6 +76,11 @@ for s in "${steps[@]}"; do
       for sp in 66 99 132 198 256; do sweep+=(32768 1 0 "$sp"); done
       for sp in 33 49 66; do sweep+=(32768 4 0 "$sp"); done
       MUSE_ATTN_PDL="${MUSE_ATTN_PDL:-0}" TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
+    kbtl)  # the kernels alone with timeline stamps (gpu/timeline.h): where a call's time goes
+      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" -DMUSE_ATTN_TIMELINE -o /tmp/kernel_bench_tl -x cu \
+        "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
+        >"$LOGS/kbtl_build.log" 2>&1
+      TAIL_LINES=100 run_step kbtl 120 /tmp/kernel_bench_tl ${KBTL_ARGS:-} ;;
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned

@@ -29,6 +29,9 @@ struct VerifyParams {
   int window;                 // 0: full attention
   int num_splits;             // S
   float scale_log2;           // scale * log2(e)
+#if defined(MUSE_ATTN_TIMELINE)
+  uint64_t* timeline;         // timeline.h stamps (kernel_bench only)
+#endif
 };
 
 inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps x 16)

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "gpu/kernels.h"
+#include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
 #include "muse_attn/partials.h"
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   static_assert(SegLanes <= kWarpSize && (SegLanes & (SegLanes - 1)) == 0,
                 "the lanes of a row-quad are one warp's, a power of 2");
   constexpr int kQuads = D / 4;
+  MUSE_TIMELINE(p, kTimelineMergeBase, 0);
   // Thread -> (row, quad, segment lane); consecutive threads: segment lanes, then quads.
   const int64_t index = int64_t{blockIdx.x} * kMergeThreads + threadIdx.x;
   const int row = static_cast<int>(index / (kQuads * SegLanes));
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   const PartialsLayout lay{p.num_splits, p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
+  MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
 
   Fold f;
 #pragma unroll 4
@@ -82,12 +85,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
                                   shfl_xor(f.acc.z, mask), shfl_xor(f.acc.w, mask));
     f.add(m2, l2, o2);
   }
+  MUSE_TIMELINE(p, kTimelineMergeBase, 2);  // partials folded
   if (!row_ok || sl != 0) return;
   const float inv = safe_inverse(f.l);
   const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
   uint16_t* dst = p.out + ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + 4 * dq;
   *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(f.acc.x * inv, f.acc.y * inv),
                                               pack_bf16x2(f.acc.z * inv, f.acc.w * inv));
+  MUSE_TIMELINE(p, kTimelineMergeBase, 3);  // row written (issued)
 }
 
 [[maybe_unused]] bool env_is(const char* name, const char* value) {

@@ -9,6 +9,7 @@
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
+#include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "gpu/warp_mma.h"
 #include "muse_attn/geometry.h"
@@ -61,6 +62,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   constexpr int N = Warp::kScoresPerRow;
 
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
+  MUSE_TIMELINE(p, 0, 0);
   const int seg = blockIdx.x;
   const int group = blockIdx.y;
   const int req = group / p.num_kv_heads;
@@ -72,6 +74,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   if (t0 >= t1) return;  // a segment past num_segments: no work
+  MUSE_TIMELINE(p, 0, 1);  // seq_lens read
 
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
@@ -110,6 +113,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     }
   }
   // At D = 128 registers are short: the ids are loaded right before their copies instead.
+  MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
   constexpr bool kPrefetchIds = D == 64;
   TilePages next{};
   if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_pages(src, t0 + kStages - 1);
@@ -148,6 +152,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     copy_commit();
     copy_wait<kStages - 1>();
     __syncthreads();
+    if (it == 0) MUSE_TIMELINE(p, 0, 3);  // first tile in shared memory
     const int slot = it % kStages;
     const KvTile<D> tile = tile_at(slot);
     w.scores(tile);
@@ -188,6 +193,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
+  MUSE_TIMELINE(p, 0, 4);  // tiles done
 
   const PartialsLayout lay{p.num_splits, p.rows, D};
   float l_row[R];
@@ -208,6 +214,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     if (row >= p.rows) return;
     *reinterpret_cast<float2*>(p.part_o + lay.o_offset(group, seg, row) + d) = make_float2(a, b);
   });
+  MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
 }
 
 template <int D>

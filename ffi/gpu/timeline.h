@@ -1,0 +1,33 @@
+// Timeline probes for kernel work (benchmarks/kernel_bench.cu built with -DMUSE_ATTN_TIMELINE):
+// thread 0 of every CTA stamps the GPU's global nanosecond timer at named points of the split
+// and merge kernels, so a run shows where a call's time goes (launch, seq_lens, block ids, first
+// tile, tiles, partials, merge). Compiled out (no code, no VerifyParams field) otherwise.
+#ifndef MUSE_ATTN_GPU_TIMELINE_H_
+#define MUSE_ATTN_GPU_TIMELINE_H_
+
+#include <cstdint>
+
+#include "gpu/vendor.h"
+
+namespace muse_attn::gpu {
+
+inline constexpr int kTimelineEvents = 8;          // stamps a CTA
+inline constexpr int kTimelineMergeBase = 1 << 16;  // split CTAs first, merge CTAs from here
+
+#if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)
+// buf[(base + linear CTA index) * kTimelineEvents + event] = %globaltimer (ns).
+__device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int event) {
+  if (threadIdx.x != 0) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+  buf[(base + cta) * kTimelineEvents + event] = t;
+}
+#define MUSE_TIMELINE(params, base, event) ::muse_attn::gpu::timeline_stamp((params).timeline, base, event)
+#else
+#define MUSE_TIMELINE(params, base, event) ((void)0)
+#endif
+
+}  // namespace muse_attn::gpu
+
+#endif  // MUSE_ATTN_GPU_TIMELINE_H_
