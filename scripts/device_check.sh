@@ -16,6 +16,7 @@
 #              default: for small split grids); kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)
+#   latency    benchmarks/latency_probe.cu: one thread's dependent load / copy / atomic latencies
 #   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -81,6 +82,9 @@ for s in "${steps[@]}"; do
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kbtl_build.log" 2>&1
       TAIL_LINES=100 run_step kbtl 120 /tmp/kernel_bench_tl ${KBTL_ARGS:-} ;;
+    latency)  # benchmarks/latency_probe.cu: dependent-load latencies, cold and after a warm-up
+      nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
+      TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned

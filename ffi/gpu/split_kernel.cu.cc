@@ -63,6 +63,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
 
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   MUSE_TIMELINE(p, 0, 0);
+  MUSE_TIMELINE_CLOCK(timeline_clock0);
   const int seg = blockIdx.x;
   const int group = blockIdx.y;
   const int req = group / p.num_kv_heads;
@@ -151,8 +152,9 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     }
     copy_commit();
     copy_wait<kStages - 1>();
+    if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
     __syncthreads();
-    if (it == 0) MUSE_TIMELINE(p, 0, 3);  // first tile in shared memory
+    if (it == 0) MUSE_TIMELINE(p, 0, 3);  // first tile in shared memory (every warp's copies)
     const int slot = it % kStages;
     const KvTile<D> tile = tile_at(slot);
     w.scores(tile);
@@ -215,6 +217,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     *reinterpret_cast<float2*>(p.part_o + lay.o_offset(group, seg, row) + d) = make_float2(a, b);
   });
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
+  MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
 }
 
 template <int D>

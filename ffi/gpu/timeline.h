@@ -23,9 +23,20 @@ __device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int even
   const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
   buf[(base + cta) * kTimelineEvents + event] = t;
 }
+// buf[... + event] = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
+__device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int event, uint64_t since) {
+  if (threadIdx.x != 0) return;
+  const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+  buf[(base + cta) * kTimelineEvents + event] = clock64() - since;
+}
 #define MUSE_TIMELINE(params, base, event) ::muse_attn::gpu::timeline_stamp((params).timeline, base, event)
+#define MUSE_TIMELINE_CLOCK(var) const uint64_t var = clock64()
+#define MUSE_TIMELINE_CYCLES(params, base, event, since) \
+  ::muse_attn::gpu::timeline_cycles((params).timeline, base, event, since)
 #else
 #define MUSE_TIMELINE(params, base, event) ((void)0)
+#define MUSE_TIMELINE_CLOCK(var) static_assert(true)
+#define MUSE_TIMELINE_CYCLES(params, base, event, since) ((void)0)
 #endif
 
 }  // namespace muse_attn::gpu
