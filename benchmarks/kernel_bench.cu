@@ -152,8 +152,9 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   uint64_t t0 = ~uint64_t{0};
   for (int c = 0; c < kTimelineMergeBase; ++c)
     if (tl[size_t(c) * kTimelineEvents]) t0 = std::min(t0, tl[size_t(c) * kTimelineEvents]);
-  const char* names[2][7] = {{"start", "seq_lens", "ids+copies", "tile0 in", "tiles done", "partials", "own tile0"},
-                             {"start", "dep wait", "folded", "written", "", "", ""}};
+  const char* names[2][10] = {{"start", "seq_lens", "ids+copies", "tile0 in", "tiles done", "partials",
+                               "own tile0", "", "q issued", "pre-wait"},
+                              {"start", "dep wait", "folded", "written", "", "", "", "", "", ""}};
   std::vector<double> mhz;  // split CTAs: SM cycles (stamp 7) over ns (stamps 0 to 5)
   for (int c = 0; c < kTimelineMergeBase; ++c) {
     const uint64_t* e = &tl[size_t(c) * kTimelineEvents];
@@ -162,7 +163,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   std::sort(mhz.begin(), mhz.end());
   if (!mhz.empty()) std::printf("    SM clock (split CTAs, cycles / ns): median %.0f MHz\n", mhz[mhz.size() / 2]);
   for (int k = 0; k < 2; ++k) {
-    for (int e = 0; e < (k ? 4 : 7); ++e) {
+    for (int e = 0; e < (k ? 4 : 10); ++e) {
+      if (!*names[k][e]) continue;
       std::vector<double> v;
       for (int c = 0; c < kTimelineMergeBase; ++c) {
         const uint64_t t = tl[(size_t(k) * kTimelineMergeBase + c) * kTimelineEvents + e];

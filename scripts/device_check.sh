@@ -82,6 +82,12 @@ for s in "${steps[@]}"; do
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kbtl_build.log" 2>&1
       TAIL_LINES=100 run_step kbtl 120 /tmp/kernel_bench_tl ${KBTL_ARGS:-} ;;
+    sass)  # SASS of the split and merge kernels (sm_90) to $OUT/sass_*.txt; SASS_FLAGS adds nvcc flags
+      for k in split merge; do
+        # shellcheck disable=SC2086
+        nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" ${SASS_FLAGS:-} -cubin -o "/tmp/$k.cubin" \
+          -x cu "$ROOT/ffi/gpu/${k}_kernel.cu.cc" && cuobjdump -sass "/tmp/$k.cubin" >"$OUT/sass_$k.txt"
+      done ;;
     latency)  # benchmarks/latency_probe.cu: dependent-load latencies, cold and after a warm-up
       nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
       TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;

@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
+  MUSE_TIMELINE(p, 0, 8);  // Q loads issued, masks' bounds set
 
   for (int t = t0; t < t1; ++t) {
     const int it = t - t0;
@@ -151,6 +152,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
       stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_pages(src, t + kStages - 1));
     }
     copy_commit();
+    if (it == 0) MUSE_TIMELINE(p, 0, 9);  // about to wait for the first tile
     copy_wait<kStages - 1>();
     if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
     __syncthreads();

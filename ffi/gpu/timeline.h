@@ -11,7 +11,7 @@
 
 namespace muse_attn::gpu {
 
-inline constexpr int kTimelineEvents = 8;          // stamps a CTA
+inline constexpr int kTimelineEvents = 12;         // stamps a CTA
 inline constexpr int kTimelineMergeBase = 1 << 16;  // split CTAs first, merge CTAs from here
 
 #if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)
