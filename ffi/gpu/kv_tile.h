@@ -6,7 +6,7 @@
 //
 // Staging (stage_tile()): the cache holds, for each block and KV head, 16 key slots of [K | V]
 // (2 * D bf16), 4 KiB contiguous at D = 64; a tile is 4 pages, whose block ids the caller has
-// loaded a tile earlier (load_tile_pages()). Each thread copies 16-byte chunks, consecutive
+// loaded a tile earlier (load_tile_entries(), checked by resolve()). Each thread copies 16-byte chunks, consecutive
 // threads consecutive chunks of a page (coalesced). A key slot is copied only when its page is
 // live, its block id valid and the key inside [key_lo, seq_len) (page_table.h); otherwise the
 // chunk is zero-filled without reading the source. The kernel masks keys of absent pages from
@@ -57,9 +57,15 @@ struct KvSource {
         live(LivePages::of(g, num_blocks)) {}
 };
 
-// The cache blocks of one tile's 4 pages: -1 where the page is stale (its entry is not read)
-// or its id names no block. Loaded a tile ahead of its copies (load_tile_pages), so that the
-// copies never wait on a block-table read.
+// The block-table entries of one tile's 4 pages as stored (-1 where the page is stale: its
+// entry is not read). Loaded a tile ahead of the tile's copies (load_tile_entries) and checked
+// against the cache only when the copies are issued (resolve), so that no warp waits for the
+// block-table read before it needs the ids.
+struct TileEntries {
+  int32_t raw[kPagesPerTile];
+};
+
+// The cache blocks of one tile's 4 pages: -1 where the page is stale or its id names no block.
 struct TilePages {
   int32_t block[kPagesPerTile];
 
@@ -73,11 +79,18 @@ struct TilePages {
 };
 
 template <int D>
-__device__ __forceinline__ TilePages load_tile_pages(const KvSource<D>& src, int tile) {
+__device__ __forceinline__ TileEntries load_tile_entries(const KvSource<D>& src, int tile) {
+  TileEntries e;
+#pragma unroll
+  for (int i = 0; i < kPagesPerTile; ++i) e.raw[i] = src.live.entry(src.table_row, tile * kPagesPerTile + i);
+  return e;
+}
+
+template <int D>
+__device__ __forceinline__ TilePages resolve(const KvSource<D>& src, const TileEntries& e) {
   TilePages tp;
 #pragma unroll
-  for (int i = 0; i < kPagesPerTile; ++i)
-    tp.block[i] = src.live.lookup(src.table_row, tile * kPagesPerTile + i);
+  for (int i = 0; i < kPagesPerTile; ++i) tp.block[i] = src.live.block_of(e.raw[i]);
   return tp;
 }
 

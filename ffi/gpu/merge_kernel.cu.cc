@@ -68,15 +68,33 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
       request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits, p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
+  const int out_row = row_ok ? row : 0;  // where the row goes: worked out before the wait
+  const int tok = out_row / p.qpk, head = kvh * p.qpk + (out_row - tok * p.qpk);
+  uint16_t* dst = p.out + ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + 4 * dq;
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
 
+  // kBatch segments a lane at a time: all their loads first, then the folds, so the loads are in
+  // flight together (a fold's -inf test between them made each segment a round trip, two with
+  // the o load behind the ml load). Every segment below num_segments wrote its partial.
+  constexpr int kBatch = 4;
   Fold f;
-#pragma unroll 4
-  for (int seg = sl; seg < nseg; seg += SegLanes) {
-    const float2 ml = *reinterpret_cast<const float2*>(p.part_ml + lay.ml_offset(group, seg, row));
-    const float4 o = *reinterpret_cast<const float4*>(p.part_o + lay.o_offset(group, seg, row) + 4 * dq);
-    f.add(ml.x, ml.y, o);
+  for (int seg0 = sl; seg0 < nseg; seg0 += kBatch * SegLanes) {
+    float2 ml[kBatch];
+    float4 o[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int seg = seg0 + b * SegLanes;
+      if (seg < nseg) {
+        ml[b] = *reinterpret_cast<const float2*>(p.part_ml + lay.ml_offset(group, seg, row));
+        o[b] = *reinterpret_cast<const float4*>(p.part_o + lay.o_offset(group, seg, row) + 4 * dq);
+      } else {
+        ml[b] = make_float2(neg_inf(), 0.0f);
+        o[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) f.add(ml[b].x, ml[b].y, o[b]);
   }
 #pragma unroll
   for (int mask = 1; mask < SegLanes; mask <<= 1) {
@@ -88,8 +106,6 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   MUSE_TIMELINE(p, kTimelineMergeBase, 2);  // partials folded
   if (!row_ok || sl != 0) return;
   const float inv = safe_inverse(f.l);
-  const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
-  uint16_t* dst = p.out + ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + 4 * dq;
   *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(f.acc.x * inv, f.acc.y * inv),
                                               pack_bf16x2(f.acc.z * inv, f.acc.w * inv));
   MUSE_TIMELINE(p, kTimelineMergeBase, 3);  // row written (issued)

@@ -70,17 +70,30 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const int kvh = group % p.num_kv_heads;
   const int real = min_i(max_i(*p.num_reqs, 0), p.num_requests);
   if (req >= real) return;  // padding: nothing read, the merge writes zero rows
+  const int tid = threadIdx.x;
+  const int warp = tid / kWarpSize;
+  const int row0 = kMaxRows * blockIdx.z + 16 * warp;  // the warp's first row of the group
+  const int lane = tid % kWarpSize;
+  // Query row -> token, without branches, so that the few distinct rows of a lane share one
+  // division each (rows past the group's are clamped: their scores are never written).
+  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
+  // Q first: its loads fly while seq_lens and the block ids are read (they do not depend on
+  // them; the request is real).
+  Warp w(lane);
+  w.load_q([&](int r16, int d) -> uint32_t {
+    const int row = row0 + r16;
+    const int tok = token_of(row);
+    const int head = kvh * p.qpk + (min_i(row, p.rows - 1) - tok * p.qpk);
+    const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
+    const uint32_t v = *reinterpret_cast<const uint32_t*>(p.q + at);
+    return row < p.rows ? v : 0u;  // a row past the group's: scores 0, never written
+  });
   const RequestGeometry g = request_geometry(p.seq_lens[req], p.pages * kPageSize, p.tokens,
                                              p.window, p.num_splits);
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   if (t0 >= t1) return;  // a segment past num_segments: no work
   MUSE_TIMELINE(p, 0, 1);  // seq_lens read
-
-  const int tid = threadIdx.x;
-  const int warp = tid / kWarpSize;
-  const int row0 = kMaxRows * blockIdx.z + 16 * warp;  // the warp's first row of the group
-  const int lane = tid % kWarpSize;
   const KvSource<D> src(p.kv, p.num_kv_heads, kvh, p.table + req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
@@ -88,7 +101,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   // are masked). Kept in a register: every thread stages with the same block ids.
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
-  auto stage = [&](int slot, int tile, const TilePages& pages) {
+  auto stage = [&](int slot, int tile, const TileEntries& entries) {
+    const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
     stage_tile<D, kThreads>(tile_at(slot), src, g, tile, pages, tid);
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
@@ -97,10 +111,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   // a tile are loaded one tile before its copies are issued (`next`), so no copy waits on a
   // block-table read.
   if constexpr (D == 64) {  // all first block ids in flight together
-    TilePages first[kStages > 1 ? kStages - 1 : 1];
+    TileEntries first[kStages > 1 ? kStages - 1 : 1];
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
-      if (t0 + s < t1) first[s] = load_tile_pages(src, t0 + s);
+      if (t0 + s < t1) first[s] = load_tile_entries(src, t0 + s);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
@@ -109,30 +123,19 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   } else {  // D = 128: one tile's ids at a time (registers are short there)
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (t0 + s < t1) stage(s, t0 + s, load_tile_pages(src, t0 + s));
+      if (t0 + s < t1) stage(s, t0 + s, load_tile_entries(src, t0 + s));
       copy_commit();
     }
   }
   // At D = 128 registers are short: the ids are loaded right before their copies instead.
   MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
   constexpr bool kPrefetchIds = D == 64;
-  TilePages next{};
-  if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_pages(src, t0 + kStages - 1);
+  TileEntries next{};
+  if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
 
-  Warp w(lane);
   int qpos[R];
 #pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    const int row = row0 + w.row_of(rr);
-    qpos[rr] = token_position(g, row < p.rows ? row / p.qpk : 0);
-  }
-  w.load_q([&](int r16, int d) -> uint32_t {
-    const int row = row0 + r16;
-    if (row >= p.rows) return 0u;  // a row past the group's: scores 0, never written
-    const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
-    const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
-    return *reinterpret_cast<const uint32_t*>(p.q + at);
-  });
+  for (int rr = 0; rr < R; ++rr) qpos[rr] = token_position(g, token_of(row0 + w.row_of(rr)));
   // Tiles [whole_lo, whole_hi) are seen whole by every token (mask.h: whole_tiles); there the
   // mask is skipped when all 4 pages are present.
   int whole_lo, whole_hi;
@@ -141,15 +144,15 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
-  MUSE_TIMELINE(p, 0, 8);  // Q loads issued, masks' bounds set
+  MUSE_TIMELINE(p, 0, 8);  // token positions and masks' bounds set
 
   for (int t = t0; t < t1; ++t) {
     const int it = t - t0;
     if constexpr (kPrefetchIds) {
       if (t + kStages - 1 < t1) stage((it + kStages - 1) % kStages, t + kStages - 1, next);
-      if (t + kStages < t1) next = load_tile_pages(src, t + kStages);  // lands during this tile
+      if (t + kStages < t1) next = load_tile_entries(src, t + kStages);  // lands during this tile
     } else if (t + kStages - 1 < t1) {
-      stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_pages(src, t + kStages - 1));
+      stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_entries(src, t + kStages - 1));
     }
     copy_commit();
     if (it == 0) MUSE_TIMELINE(p, 0, 9);  // about to wait for the first tile
@@ -199,24 +202,30 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   copy_wait<0>();
   MUSE_TIMELINE(p, 0, 4);  // tiles done
 
+  // Each lane's rows: the addresses once, the stores predicated (no branch a store).
   const PartialsLayout lay{p.num_splits, p.rows, D};
+  bool row_ok[R];
+  float* o_row[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const int row = row0 + w.row_of(rr);
+    row_ok[rr] = row < p.rows;
+    o_row[rr] = p.part_o + lay.o_offset(group, seg, row_ok[rr] ? row : 0);
+  }
   float l_row[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) l_row[rr] = Warp::row_sum(st[rr].l);
   if (w.is_row_leader()) {
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
-      const int row = row0 + w.row_of(rr);
-      if (row >= p.rows) continue;
-      float* ml = p.part_ml + lay.ml_offset(group, seg, row);
+      if (!row_ok[rr]) continue;
+      float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
       ml[0] = st[rr].m;
       ml[1] = l_row[rr];
     }
   }
   w.for_each_out2([&](int rr, int d, float a, float b) {
-    const int row = row0 + w.row_of(rr);
-    if (row >= p.rows) return;
-    *reinterpret_cast<float2*>(p.part_o + lay.o_offset(group, seg, row) + d) = make_float2(a, b);
+    if (row_ok[rr]) *reinterpret_cast<float2*>(o_row[rr] + d) = make_float2(a, b);
   });
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);

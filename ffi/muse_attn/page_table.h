@@ -36,11 +36,18 @@ struct LivePages {
   MUSE_HD bool is_valid(int32_t block_id) const {
     return static_cast<uint32_t>(block_id) < id_limit;
   }
+  // Page p's block-table entry as stored (any int32), or -1 when it is stale (then not read).
+  MUSE_HD int32_t entry(const int32_t* block_table_row, int page) const {
+    return is_live(page) ? block_table_row[page] : -1;
+  }
+  // The block an entry names, or -1 when it names none. Kept apart from entry() so that a GPU
+  // kernel can load entries early and check them only where it uses them (no wait on the load).
+  MUSE_HD int32_t block_of(int32_t entry_value) const {
+    return is_valid(entry_value) ? entry_value : -1;
+  }
   // The block of page p, or -1 when the entry is stale (not read) or names no block.
   MUSE_HD int32_t lookup(const int32_t* block_table_row, int page) const {
-    if (!is_live(page)) return -1;
-    const int32_t id = block_table_row[page];
-    return is_valid(id) ? id : -1;
+    return block_of(entry(block_table_row, page));
   }
 };
 
