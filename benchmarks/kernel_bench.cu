@@ -25,6 +25,7 @@
 
 #include "gpu/kernels.h"
 #include "gpu/timeline.h"
+#include "muse_attn/geometry.h"
 
 using muse_attn::gpu::VerifyParams;
 
@@ -41,7 +42,8 @@ constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.default_num_splits
   int s = 3 * sms / groups;  // D = 64: 3 CTAs an SM
-  return std::max(1, std::min(s, (max_tiles + 1) / 2));
+  const int k = muse_attn::kMinTilesPerSegment;
+  return std::max(1, std::min(s, (max_tiles + k - 1) / k));
 }
 
 void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once, bool poison) {

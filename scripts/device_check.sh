@@ -11,7 +11,8 @@
 #   racecheck  compute-sanitizer racecheck on the same
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 520); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
-#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX); kbpdl / kbnopdl:
+#   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX; KB_FLAGS: nvcc
+#              flags such as -DMUSE_ATTN_MIN_TILES_PER_SEGMENT=1, KB_ARGS: L R window splits ...); kbpdl / kbnopdl:
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
 #              default: for small split grids); kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
@@ -64,10 +65,12 @@ for s in "${steps[@]}"; do
       # shellcheck disable=SC2086
       run_step bench "${BENCH_LIMIT:-560}" python3 -m jax_muse_attn.bench ${BENCH_ARGS:---budget-s 520} --out "$OUT/bench" ;;
     kb)  # the kernels alone (benchmarks/kernel_bench.cu), default grid
-      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" -o /tmp/kernel_bench -x cu \
+      # shellcheck disable=SC2086
+      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" ${KB_FLAGS:-} -o /tmp/kernel_bench -x cu \
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kb_build.log" 2>&1
-      TAIL_LINES=12 run_step kb 120 /tmp/kernel_bench ;;
+      # shellcheck disable=SC2086
+      TAIL_LINES=${TAIL_LINES:-12} run_step kb 120 /tmp/kernel_bench ${KB_ARGS:-} ;;
     kbsweep)  # after kb: the kernels alone over split counts (L R window splits), benchmarks/NOTES.md v4
       sweep=()
       for sp in 9 12 17 24 33; do sweep+=(32768 1 2048 "$sp"); done
@@ -78,7 +81,8 @@ for s in "${steps[@]}"; do
       for sp in 33 49 66; do sweep+=(32768 4 0 "$sp"); done
       MUSE_ATTN_PDL="${MUSE_ATTN_PDL:-0}" TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
     kbtl)  # the kernels alone with timeline stamps (gpu/timeline.h): where a call's time goes
-      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" -DMUSE_ATTN_TIMELINE -o /tmp/kernel_bench_tl -x cu \
+      # shellcheck disable=SC2086
+      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" -DMUSE_ATTN_TIMELINE ${KB_FLAGS:-} -o /tmp/kernel_bench_tl -x cu \
         "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
         >"$LOGS/kbtl_build.log" 2>&1
       TAIL_LINES=100 run_step kbtl 120 /tmp/kernel_bench_tl ${KBTL_ARGS:-} ;;

@@ -21,7 +21,11 @@ inline constexpr int kTileKeys = 64;                        // keys a tile
 inline constexpr int kPagesPerTile = kTileKeys / kPageSize;  // 4
 // A segment gets at least this many tiles when the request has them: a segment's partial state
 // (64 rows x D fp32) costs as many bytes to write and merge as a tile of K and V to read.
+#if defined(MUSE_ATTN_MIN_TILES_PER_SEGMENT)  // a tuning knob for benchmarks/kernel_bench.cu
+inline constexpr int kMinTilesPerSegment = MUSE_ATTN_MIN_TILES_PER_SEGMENT;
+#else
 inline constexpr int kMinTilesPerSegment = 2;
+#endif
 
 MUSE_HD int min_i(int a, int b) { return a < b ? a : b; }
 MUSE_HD int max_i(int a, int b) { return a > b ? a : b; }
