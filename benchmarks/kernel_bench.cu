@@ -164,6 +164,19 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   }
   std::sort(mhz.begin(), mhz.end());
   if (!mhz.empty()) std::printf("    SM clock (split CTAs, cycles / ns): median %.0f MHz\n", mhz[mhz.size() / 2]);
+  {  // the split CTA that finished its tiles last: which segment (x) and group (y)
+    int worst = -1;
+    for (int c = 0; c < kTimelineMergeBase; ++c)
+      if (tl[size_t(c) * kTimelineEvents + 4] &&
+          (worst < 0 || tl[size_t(c) * kTimelineEvents + 4] > tl[size_t(worst) * kTimelineEvents + 4]))
+        worst = c;
+    if (worst >= 0) {
+      const uint64_t* e = &tl[size_t(worst) * kTimelineEvents];
+      std::printf("    last split CTA: segment %d group %d of %d segments: ids+copies %.2f tile0 %.2f "
+                  "tiles done %.2f us\n", worst % splits, worst / splits, splits, (e[2] - t0) * 1e-3,
+                  (e[3] - t0) * 1e-3, (e[4] - t0) * 1e-3);
+    }
+  }
   for (int k = 0; k < 2; ++k) {
     for (int e = 0; e < (k ? 4 : 10); ++e) {
       if (!*names[k][e]) continue;
