@@ -133,9 +133,13 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   TileEntries next{};
   if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
 
-  int qpos[R];
+  // The keys a lane's rows see: [key_min[rr], qpos[rr]] (mask.h: key_is_visible).
+  int qpos[R], key_min[R];
 #pragma unroll
-  for (int rr = 0; rr < R; ++rr) qpos[rr] = token_position(g, token_of(row0 + w.row_of(rr)));
+  for (int rr = 0; rr < R; ++rr) {
+    qpos[rr] = token_position(g, token_of(row0 + w.row_of(rr)));
+    key_min[rr] = first_visible_key(qpos[rr], p.window);
+  }
   // Tiles [whole_lo, whole_hi) are seen whole by every token (mask.h: whole_tiles); there the
   // mask is skipped when all 4 pages are present.
   int whole_lo, whole_hi;
@@ -169,13 +173,13 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     float factor[R];
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
-      if (boundary) {
+      if (boundary) {  // branch-free: a branch a score made a masked tile cost ~1 us more
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const int k = w.key_of(i);
-          const bool vis = ((pages_ok >> (k / kPageSize)) & 1u) &&
-                           key_is_visible(t * kTileKeys + k, qpos[rr], p.window);
-          if (!vis) w.s[rr][i] = neg_inf();
+          const int k = w.key_of(i), key = t * kTileKeys + k;
+          const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= key_min[rr]) &
+                           (key <= qpos[rr]);
+          w.s[rr][i] = vis ? w.s[rr][i] : neg_inf();
         }
       }
       // scale > 0: the max commutes with it; -inf stays -inf.
