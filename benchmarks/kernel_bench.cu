@@ -41,7 +41,9 @@ using muse_attn::gpu::VerifyParams;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.default_num_splits
-  int s = 3 * sms / groups;  // D = 64: 3 CTAs an SM
+  const int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM
+  const int worth_it = std::max(32, (max_tiles + 7) / 8);  // _CHEAP_MERGE_SPLITS, _TILES_PER_SEGMENT_PAST_ONE_WAVE
+  const int s = std::max(sms / groups, std::min(full, worth_it));
   const int k = muse_attn::kMinTilesPerSegment;
   return std::max(1, std::min(s, (max_tiles + k - 1) / k));
 }

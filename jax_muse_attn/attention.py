@@ -23,6 +23,15 @@ _ROWS_PER_CTA = 64
 _MIN_TILES_PER_SEGMENT = 2
 # Segments a group on the CPU handler: enough to exercise the split/merge geometry.
 _CPU_SPLITS = 8
+# Past one CTA an SM, more segments shorten the split kernel but lengthen the merge (it folds
+# every segment of a row). They pay while the merge is cheap (up to this many segments a group:
+# one batch of loads a merge lane) or while segments keep this many tiles. Measured on an H200
+# (benchmarks/NOTES.md version 5; kernels alone, best of the split counts tried): full 8k R=2
+# 33 segments 10.4 us vs 64: 11.7; 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=1 66: 14.5 vs
+# 198: 15.8; 32k R=2 66: 19.4 vs 99: 21.1; unchanged where it already chose well (SWA, 2k,
+# 128k, R = 8 and 16).
+_CHEAP_MERGE_SPLITS = 32
+_TILES_PER_SEGMENT_PAST_ONE_WAVE = 8
 
 
 def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
@@ -34,7 +43,11 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         # leave a few SMs with an extra CTA of the same length (a tail as long as the call).
         ctas_per_split = shapes.groups * -(-shapes.rows // _ROWS_PER_CTA)
         per_sm = _CTAS_PER_SM.get(shapes.head_dim, 2)
-        target = per_sm * _ffi.multiprocessor_count() // ctas_per_split
+        sms = _ffi.multiprocessor_count()
+        one_per_sm = sms // ctas_per_split
+        full = per_sm * sms // ctas_per_split  # every SM holds per_sm CTAs
+        worth_it = max(_CHEAP_MERGE_SPLITS, -(-shapes.max_tiles // _TILES_PER_SEGMENT_PAST_ONE_WAVE))
+        target = max(one_per_sm, min(full, worth_it))
     return max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))
 
 
