@@ -6,6 +6,7 @@ each test skips, with the reason, only when its compiler is absent.
 
 import glob
 import os
+import subprocess
 
 import pytest
 
@@ -227,3 +228,26 @@ ptxas info    : Used 255 registers, used 1 barriers, 49152 bytes smem, 360 bytes
     assert len(h.problems("hip")) == 2
     assert gcc.isa_version("gfx942") == 9402 and gcc.isa_version("gfx90a") == 9010
     assert gcc.isa_version("gfx950") == 9500 and gcc.isa_version("gfx1100") == 11000
+
+
+@pytest.mark.parametrize("flags", [[], ["-DMUSE_ATTN_TIMELINE"]], ids=["plain", "timeline"])
+def test_kernel_bench_builds(flags, tmp_path):
+    """benchmarks/kernel_bench.cu (the kernels alone, and with timeline stamps) still builds."""
+    _require_nvcc()
+    out = tmp_path / "kb"
+    cmd = [_nvcc(), "-O1", "-std=c++17", "-arch=sm_90", "-I", os.path.join(ROOT, "ffi"), *flags,
+           "-o", str(out), "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
+           os.path.join(ROOT, "ffi", "gpu", "split_kernel.cu.cc"),
+           os.path.join(ROOT, "ffi", "gpu", "merge_kernel.cu.cc")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert out.exists()
+
+
+def test_latency_probe_builds(tmp_path):
+    _require_nvcc()
+    out = tmp_path / "lp"
+    r = subprocess.run([_nvcc(), "-O1", "-arch=sm_90", "-o", str(out),
+                        os.path.join(ROOT, "benchmarks", "latency_probe.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
