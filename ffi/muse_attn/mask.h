@@ -15,7 +15,8 @@ MUSE_HD bool key_is_visible(int key, int qpos, int window) {
   return key >= 0 && key <= qpos && (window <= 0 || qpos - key < window);
 }
 
-// First key token position qpos sees (only meaningful for qpos >= 0).
+// First key token position qpos sees: qpos sees exactly the keys of [first_visible_key, qpos],
+// the same set as key_is_visible (empty when qpos < 0, since the result is >= 0).
 MUSE_HD int first_visible_key(int qpos, int window) {
   return window > 0 ? (qpos - window + 1 > 0 ? qpos - window + 1 : 0) : 0;
 }
