@@ -15,19 +15,22 @@ inline constexpr int kTimelineEvents = 12;         // stamps a CTA
 inline constexpr int kTimelineMergeBase = 1 << 16;  // split CTAs first, merge CTAs from here
 
 #if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)
-// buf[(base + linear CTA index) * kTimelineEvents + event] = %globaltimer (ns).
+// &buf[(base + linear CTA index) * kTimelineEvents + event]: this CTA's slot for the event.
+__device__ __forceinline__ uint64_t* timeline_slot(uint64_t* buf, int base, int event) {
+  const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+  return buf + (base + cta) * kTimelineEvents + event;
+}
+// The slot = %globaltimer (ns).
 __device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int event) {
   if (threadIdx.x != 0) return;
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
-  buf[(base + cta) * kTimelineEvents + event] = t;
+  *timeline_slot(buf, base, event) = t;
 }
-// buf[... + event] = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
+// The slot = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
 __device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int event, uint64_t since) {
   if (threadIdx.x != 0) return;
-  const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
-  buf[(base + cta) * kTimelineEvents + event] = clock64() - since;
+  *timeline_slot(buf, base, event) = clock64() - since;
 }
 #define MUSE_TIMELINE(params, base, event) ::muse_attn::gpu::timeline_stamp((params).timeline, base, event)
 #define MUSE_TIMELINE_CLOCK(var) const uint64_t var = clock64()
