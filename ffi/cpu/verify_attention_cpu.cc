@@ -54,14 +54,14 @@ void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   const int rows = p.rows(), d_dim = p.head_dim, qpk = p.qpk;
+  const QueryLayout ql{p.tokens, p.num_q_heads, qpk, d_dim};
   const int32_t* table_row = in.table + r * p.table_row_stride;
 
   std::vector<float> q(rows * d_dim), k(kTileKeys * d_dim), v(kTileKeys * d_dim);
   std::vector<float> o(rows * d_dim, 0.0f), s(kTileKeys);
   std::vector<SoftmaxState> st(rows, SoftmaxState::empty());
   for (int row = 0; row < rows; ++row) {
-    const int tok = row / qpk, head = kvh * qpk + row % qpk;
-    const uint16_t* src = in.q + ((int64_t{p.tokens} * r + tok) * p.num_q_heads + head) * d_dim;
+    const uint16_t* src = in.q + ql.row_offset(r, kvh, row);
     for (int d = 0; d < d_dim; ++d) q[row * d_dim + d] = bf16_to_f32(src[d]);
   }
 
@@ -158,8 +158,8 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
       }
     }
     const float inv = safe_inverse(l_sum);
-    const int tok = row / p.qpk, head = kvh * p.qpk + row % p.qpk;
-    uint16_t* dst = out + ((int64_t{p.tokens} * r + tok) * p.num_q_heads + head) * d_dim;
+    const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, d_dim};
+    uint16_t* dst = out + ql.row_offset(r, kvh, row);
     for (int d = 0; d < d_dim; ++d) dst[d] = f32_to_bf16(acc[d] * inv);
   }
 }

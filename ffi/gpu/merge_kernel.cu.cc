@@ -68,9 +68,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
       request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits, p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
-  const int out_row = row_ok ? row : 0;  // where the row goes: worked out before the wait
-  const int tok = out_row / p.qpk, head = kvh * p.qpk + (out_row - tok * p.qpk);
-  uint16_t* dst = p.out + ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + 4 * dq;
+  // Where the row goes: worked out before the wait.
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  uint16_t* dst = p.out + ql.row_offset(req, kvh, row_ok ? row : 0) + 4 * dq;
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
 

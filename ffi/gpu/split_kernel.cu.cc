@@ -84,6 +84,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     const int row = row0 + r16;
     const int tok = token_of(row);
     const int head = kvh * p.qpk + (min_i(row, p.rows - 1) - tok * p.qpk);
+    // = QueryLayout::row_offset (partials.h) of the clamped row, + d
     const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
     const uint32_t v = *reinterpret_cast<const uint32_t*>(p.q + at);
     return row < p.rows ? v : 0u;  // a row past the group's: scores 0, never written

@@ -3,7 +3,8 @@
 // at trace time from static shapes (groups x num_splits x rows), so no handler allocates.
 //   partial_o  [groups, num_splits, rows, head_dim]  unnormalized o
 //   partial_ml [groups, num_splits, rows, 2]          (m, l)
-// A segment past the group's num_segments is neither written nor read.
+// A segment past the group's num_segments is neither written nor read. QueryLayout: where a
+// group's rows sit in q and the output.
 #ifndef MUSE_ATTN_PARTIALS_H_
 #define MUSE_ATTN_PARTIALS_H_
 
@@ -26,6 +27,19 @@ struct PartialsLayout {
   }
   MUSE_HD int64_t ml_offset(int group, int seg, int row) const {
     return state_index(group, seg, row) * 2;
+  }
+};
+
+// Where a group's row lives in q and in the output (both [NQ*R, Hq, D]): row = token * qpk +
+// head-in-group, and token t of request r is row NQ * r + t of q.
+struct QueryLayout {
+  int tokens;  // NQ
+  int num_q_heads, qpk, head_dim;
+
+  // Element offset of (request req, KV head kv_head, group row row), d = 0.
+  MUSE_HD int64_t row_offset(int req, int kv_head, int row) const {
+    const int tok = row / qpk, head = kv_head * qpk + (row - tok * qpk);
+    return ((static_cast<int64_t>(tokens) * req + tok) * num_q_heads + head) * head_dim;
   }
 };
 
