@@ -389,23 +389,24 @@ def jax_worker(args):
                 if not same:
                     check["ok"] = False
 
+            def check_timed(timed, keep_all, *xs):
+                # Every output of the chain (keep_all) against the reference, and the timed
+                # jit's output against the last of them.
+                outs = keep_all(*xs)
+                check_chain(q, outs)
+                same_as_checked(timed(*xs), outs)
+
             a = (q, kv, bt, sl)
             f1 = chain(ours, 1)
-            outs = chain(ours, 1, keep=True)(*a)
-            check_chain(q, outs)
-            same_as_checked(f1(*a), outs)
+            check_timed(f1, chain(ours, 1, keep=True), *a)
             n = pick_n(f1, a, args.chain) if check["ok"] else 0
             fN = chain(ours, n) if check["ok"] else None
             if check["ok"]:
-                outs = chain(ours, n, keep=True)(*a)
-                check_chain(q, outs)
-                same_as_checked(fN(*a), outs)
+                check_timed(fN, chain(ours, n, keep=True), *a)
             nc = min(args.cold_chain, max(n, 2))
             fc = cold_chain(nc, True) if check["ok"] else None
             if check["ok"]:
-                outs = cold_chain(nc, True, keep=True)(q, buf, kv, bt, sl)
-                check_chain(q, outs)
-                same_as_checked(fc(q, buf, kv, bt, sl), outs)
+                check_timed(fc, cold_chain(nc, True, keep=True), q, buf, kv, bt, sl)
             rec["check"] = check
             if not check["ok"]:
                 _log(f"[{args.worker}] {cfg.name}: CHECK FAILED {check}")
