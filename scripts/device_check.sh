@@ -43,6 +43,14 @@ run_step() {  # name limit_s command...
 }
 LOGS=$(mktemp -d)
 
+build_kernel_bench() {  # out_binary log_name extra_nvcc_flags...: benchmarks/kernel_bench.cu + the kernels
+  local out=$1 log=$2
+  shift 2
+  nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" "$@" -o "$out" -x cu \
+    "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
+    >"$LOGS/$log.log" 2>&1
+}
+
 for s in "${steps[@]}"; do
   case $s in
     build) run_step build 240 python3 -m pip install --no-build-isolation --no-deps -q -e "$ROOT" ;;
@@ -66,9 +74,7 @@ for s in "${steps[@]}"; do
       run_step bench "${BENCH_LIMIT:-560}" python3 -m jax_muse_attn.bench ${BENCH_ARGS:---budget-s 520} --out "$OUT/bench" ;;
     kb)  # the kernels alone (benchmarks/kernel_bench.cu), default grid
       # shellcheck disable=SC2086
-      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" ${KB_FLAGS:-} -o /tmp/kernel_bench -x cu \
-        "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
-        >"$LOGS/kb_build.log" 2>&1
+      build_kernel_bench /tmp/kernel_bench kb_build ${KB_FLAGS:-}
       # shellcheck disable=SC2086
       TAIL_LINES=${TAIL_LINES:-12} run_step kb 120 /tmp/kernel_bench ${KB_ARGS:-} ;;
     kbsweep)  # after kb: the kernels alone over split counts (L R window splits), benchmarks/NOTES.md v4
@@ -82,9 +88,7 @@ for s in "${steps[@]}"; do
       MUSE_ATTN_PDL="${MUSE_ATTN_PDL:-0}" TAIL_LINES=40 run_step kbsweep 200 /tmp/kernel_bench "${sweep[@]}" ;;
     kbtl)  # the kernels alone with timeline stamps (gpu/timeline.h): where a call's time goes
       # shellcheck disable=SC2086
-      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" -DMUSE_ATTN_TIMELINE ${KB_FLAGS:-} -o /tmp/kernel_bench_tl -x cu \
-        "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
-        >"$LOGS/kbtl_build.log" 2>&1
+      build_kernel_bench /tmp/kernel_bench_tl kbtl_build -DMUSE_ATTN_TIMELINE ${KB_FLAGS:-}
       TAIL_LINES=100 run_step kbtl 120 /tmp/kernel_bench_tl ${KBTL_ARGS:-} ;;
     sass)  # SASS of the split and merge kernels (sm_90) to $OUT/sass_*.txt; SASS_FLAGS adds nvcc flags
       for k in split merge; do
