@@ -6,8 +6,8 @@
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids;
-// MUSE_ATTN_PDL=1 / 0 launches the merge always / never as a programmatic dependent launch
-// (default: when the split grid has at most one CTA an SM).
+// MUSE_ATTN_PDL=1 / 0 / late and MUSE_ATTN_KEY_PARTS=1 / 2 force the launch plan
+// (gpu/launch_plan.h; default: PDL and 2 key parts when the split grid has at most one CTA an SM).
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpu/kernels.h"
+#include "gpu/launch_plan.h"
 #include "gpu/timeline.h"
 #include "muse_attn/geometry.h"
 
@@ -91,7 +92,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
   p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = kHkv;
   p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
-  p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f;
+  p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f; p.pdl_trigger_late = 0;
 
 #if defined(MUSE_ATTN_TIMELINE)
   using muse_attn::gpu::kTimelineEvents;
@@ -106,9 +107,10 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
   const int N = 20;
+  const muse_attn::gpu::LaunchPlan plan = muse_attn::gpu::plan_launch(p);
   auto both = [&] {
-    CHECK(muse_attn::gpu::launch_split(p, st));
-    CHECK(muse_attn::gpu::launch_merge(p, st));
+    CHECK(muse_attn::gpu::launch_split(p, plan, st));
+    CHECK(muse_attn::gpu::launch_merge(p, plan, st));
   };
   if (once) {  // for compute-sanitizer: one call, no timing
     both();
@@ -130,8 +132,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     }
     return best;
   };
-  const float t_split = time_loop([&] { CHECK(muse_attn::gpu::launch_split(p, st)); });
-  const float t_merge = time_loop([&] { CHECK(muse_attn::gpu::launch_merge(p, st)); });
+  const float t_split = time_loop([&] { CHECK(muse_attn::gpu::launch_split(p, plan, st)); });
+  const float t_merge = time_loop([&] { CHECK(muse_attn::gpu::launch_merge(p, plan, st)); });
   const float t_both = time_loop(both);
   cudaGraph_t g;
   cudaGraphExec_t ge;
@@ -142,10 +144,11 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const float t_graph = time_loop([&] { CHECK(cudaGraphLaunch(ge, st)); }) / N;
   const double keys = window ? std::min(L, window + kNq - 1) : L;
   const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
-  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d KV %8.1f MB | split %8.2f us  merge %6.2f us  "
+  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d parts %d %-8s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
-              window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits, bytes / 1e6, t_split, t_merge, t_both, t_graph,
-              bytes / (t_graph * 1e-6) / 1e9);
+              window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits, plan.key_parts,
+              plan.trigger_late ? "pdl-late" : plan.merge_pdl ? "pdl" : "plain", bytes / 1e6, t_split,
+              t_merge, t_both, t_graph, bytes / (t_graph * 1e-6) / 1e9);
 #if defined(MUSE_ATTN_TIMELINE)
   // The last call of one more graph run (the calls before it leave the same stamps).
   CHECK(cudaMemset(p.timeline, 0, tl_elems * 8));

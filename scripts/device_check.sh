@@ -14,7 +14,9 @@
 #   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX; KB_FLAGS: nvcc
 #              flags such as -DMUSE_ATTN_MIN_TILES_PER_SEGMENT=1, KB_ARGS: L R window splits ...); kbpdl / kbnopdl:
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
-#              default: for small split grids); kbsan: racecheck + memcheck on it;
+#              default: for small split grids); kbagain: the same binary again, under whatever
+#              MUSE_ATTN_PDL / MUSE_ATTN_KEY_PARTS the caller set (gpu/launch_plan.h);
+#              kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)
 #   latency    benchmarks/latency_probe.cu: one thread's dependent load / copy / atomic latencies
@@ -99,6 +101,7 @@ for s in "${steps[@]}"; do
     latency)  # benchmarks/latency_probe.cu: dependent-load latencies, cold and after a warm-up
       nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
       TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;
+    kbagain) TAIL_LINES=12 run_step kbagain 120 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: again (MUSE_ATTN_* set by the caller)
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned

@@ -5,14 +5,13 @@
 // state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
 // whole output is defined whatever the split wrote. On NVIDIA sm_90, for small split grids (or
-// with MUSE_ATTN_PDL=1; merge_uses_pdl) it is launched as a programmatic dependent of the split
+// with MUSE_ATTN_PDL=1; launch_plan.h) it is launched as a programmatic dependent of the split
 // kernel (vendor.h): it reads the request geometry while the split kernel finishes, then waits
 // for it before reading the partials.
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "gpu/kernels.h"
+#include "gpu/launch_plan.h"
 #include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
@@ -111,44 +110,15 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   MUSE_TIMELINE(p, kTimelineMergeBase, 3);  // row written (issued)
 }
 
-[[maybe_unused]] bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
-// Whether the merge is launched as a programmatic dependent of the split kernel (PDL, NVIDIA
-// sm_90+): MUSE_ATTN_PDL=1 always, MUSE_ATTN_PDL=0 never; unset, when the split grid has at
-// most one CTA an SM. On an H200 PDL saved 0.6-1 us on such latency-bound calls (SWA R=1, full
-// 2k R=1) but cost ~5 us on full grids (8k R=4 to 128k, not understood; benchmarks/NOTES.md).
-// The decision uses static shapes and the device's SM count only, never device data.
-[[maybe_unused]] bool merge_uses_pdl(const VerifyParams& p) {
-#if defined(MUSE_ATTN_CUDA)
-  static const int mode = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
-  static const bool capable = device_supports_pdl();  // one kind of GPU a process, as XLA assumes
-  if (!capable || mode == 0) return false;
-  if (mode == 1) return true;
-  int dev = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-    return false;
-  const int64_t split_ctas = int64_t{p.num_splits} * p.num_requests * p.num_kv_heads *
-                             ((p.rows + kMaxRows - 1) / kMaxRows);
-  return split_ctas <= sms;
-#else
-  (void)p;
-  return false;
-#endif
-}
-
 template <int D, int SegLanes>
-gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
+gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   const int64_t threads_per_group = int64_t{p.rows} * (D / 4) * SegLanes;
   const dim3 grid(static_cast<unsigned>((threads_per_group + kMergeThreads - 1) / kMergeThreads),
                   p.num_requests * p.num_kv_heads);
 #if defined(MUSE_ATTN_CUDA)
-  // As a programmatic dependent of the split kernel (merge_uses_pdl): its launch and prologue
+  // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
   // overlap the split kernel instead of following it.
-  if (merge_uses_pdl(p)) {
+  if (plan.merge_pdl) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(kMergeThreads);
@@ -161,24 +131,27 @@ gpuError_t launch_merge_d(const VerifyParams& p, gpuStream_t stream) {
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, merge_kernel<D, SegLanes>, p);
   }
+#else
+  (void)plan;
 #endif
   merge_kernel<D, SegLanes><<<grid, kMergeThreads, 0, stream>>>(p);
   return gpuGetLastError();
 }
 
 template <int D>
-gpuError_t launch_merge_lanes(const VerifyParams& p, gpuStream_t stream) {
+gpuError_t launch_merge_lanes(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   switch (seg_lanes_for(p.num_splits)) {
-    case 8: return launch_merge_d<D, 8>(p, stream);
-    case 16: return launch_merge_d<D, 16>(p, stream);
-    default: return launch_merge_d<D, 32>(p, stream);
+    case 8: return launch_merge_d<D, 8>(p, plan, stream);
+    case 16: return launch_merge_d<D, 16>(p, plan, stream);
+    default: return launch_merge_d<D, 32>(p, plan, stream);
   }
 }
 
 }  // namespace
 
-gpuError_t launch_merge(const VerifyParams& p, gpuStream_t stream) {
-  return p.head_dim == 64 ? launch_merge_lanes<64>(p, stream) : launch_merge_lanes<128>(p, stream);
+gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+  return p.head_dim == 64 ? launch_merge_lanes<64>(p, plan, stream)
+                          : launch_merge_lanes<128>(p, plan, stream);
 }
 
 }  // namespace muse_attn::gpu

@@ -64,7 +64,7 @@ inline bool device_supports_pdl() {
   return false;
 #else
   int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (current_device(&dev) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
     return false;
   return major >= 9;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gpu/kernels.h"
+#include "gpu/launch_plan.h"
 #include "gpu/vendor.h"
 #include "handlers.h"
 #include "muse_attn/problem.h"
@@ -62,8 +63,10 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.window = pr.window;
   p.num_splits = pr.num_splits;
   p.scale_log2 = pr.scale_log2;
-  if (gpuError_t e = launch_split(p, stream); e != gpuSuccess) return gpu_error("split launch", e);
-  if (gpuError_t e = launch_merge(p, stream); e != gpuSuccess) return gpu_error("merge launch", e);
+  p.pdl_trigger_late = 0;  // launch_split sets it from the plan
+  const LaunchPlan plan = plan_launch(p);  // static shapes + SM count: the same every call
+  if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
+  if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
   return ffi::Error::Success();
 }
 

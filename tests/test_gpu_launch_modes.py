@@ -1,0 +1,43 @@
+"""Every launch plan of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
+
+By default the plan follows the grid: small split grids (at most one CTA an SM) run the split
+kernel with two key parts (8 warps) and the merge as a programmatic dependent launch, larger
+grids 4 warps and a plain launch, so the rest of the suite sees both kernels only where its
+cases fall. Here each plan is forced on every case of the split-count tests of test_cpu_ffi.py
+(small and large grids, full and SWA, D = 128, padding, poisoned slots). The plan is read once a
+process, so each runs in its own pytest process.
+"""
+
+import os
+import subprocess
+import sys
+
+import jax
+import pytest
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(jax.default_backend() != "gpu",
+                       reason=f"no GPU: JAX sees only {jax.default_backend()}"),
+]
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+PLANS = {
+    "4warps_plain": {"MUSE_ATTN_KEY_PARTS": "1", "MUSE_ATTN_PDL": "0"},
+    "4warps_pdl": {"MUSE_ATTN_KEY_PARTS": "1", "MUSE_ATTN_PDL": "1"},
+    "8warps_plain": {"MUSE_ATTN_KEY_PARTS": "2", "MUSE_ATTN_PDL": "0"},
+    "8warps_pdl_late": {"MUSE_ATTN_KEY_PARTS": "2", "MUSE_ATTN_PDL": "late"},
+    "4warps_pdl_late": {"MUSE_ATTN_KEY_PARTS": "1", "MUSE_ATTN_PDL": "late"},
+}
+
+
+@pytest.mark.parametrize("plan", sorted(PLANS))
+def test_forced_launch_plan(plan):
+    env = dict(os.environ, **PLANS[plan])
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+           "-k", "num_splits", os.path.join(HERE, "test_cpu_ffi.py")]
+    proc = subprocess.run(cmd, env=env, cwd=HERE, capture_output=True, text=True, timeout=600)
+    tail = (proc.stdout + proc.stderr)[-4000:]
+    assert proc.returncode == 0, f"{plan}: {PLANS[plan]}\n{tail}"
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], tail
