@@ -6,8 +6,8 @@
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids;
-// MUSE_ATTN_PDL=1 / 0 / late and MUSE_ATTN_KEY_PARTS=1 / 2 force the launch plan
-// (gpu/launch_plan.h; default: PDL and 2 key parts when the split grid has at most one CTA an SM).
+// MUSE_ATTN_PDL=1 / 0 launches the merge always / never as a programmatic dependent launch
+// (gpu/launch_plan.h; default: when the split grid has at most one CTA an SM).
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
@@ -92,7 +92,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
   p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = kHkv;
   p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
-  p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f; p.pdl_trigger_late = 0;
+  p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f;
 
 #if defined(MUSE_ATTN_TIMELINE)
   using muse_attn::gpu::kTimelineEvents;
@@ -144,10 +144,10 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const float t_graph = time_loop([&] { CHECK(cudaGraphLaunch(ge, st)); }) / N;
   const double keys = window ? std::min(L, window + kNq - 1) : L;
   const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
-  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d parts %d %-8s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
+  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-5s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
-              window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits, plan.key_parts,
-              plan.trigger_late ? "pdl-late" : plan.merge_pdl ? "pdl" : "plain", bytes / 1e6, t_split,
+              window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits,
+              plan.merge_pdl ? "pdl" : "plain", bytes / 1e6, t_split,
               t_merge, t_both, t_graph, bytes / (t_graph * 1e-6) / 1e9);
 #if defined(MUSE_ATTN_TIMELINE)
   // The last call of one more graph run (the calls before it leave the same stamps).

@@ -15,7 +15,7 @@
 #              flags such as -DMUSE_ATTN_MIN_TILES_PER_SEGMENT=1, KB_ARGS: L R window splits ...); kbpdl / kbnopdl:
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
 #              default: for small split grids); kbagain: the same binary again, under whatever
-#              MUSE_ATTN_PDL / MUSE_ATTN_KEY_PARTS the caller set (gpu/launch_plan.h);
+#              MUSE_ATTN_PDL the caller set (gpu/launch_plan.h);
 #              kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)

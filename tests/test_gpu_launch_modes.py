@@ -1,11 +1,10 @@
-"""Every launch plan of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
+"""Both merge launches of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
 
-By default the plan follows the grid: small split grids (at most one CTA an SM) run the split
-kernel with two key parts (8 warps) and the merge as a programmatic dependent launch, larger
-grids 4 warps and a plain launch, so the rest of the suite sees both kernels only where its
-cases fall. Here each plan is forced on every case of the split-count tests of test_cpu_ffi.py
-(small and large grids, full and SWA, D = 128, padding, poisoned slots). The plan is read once a
-process, so each runs in its own pytest process.
+By default the merge is a programmatic dependent launch (PDL) only for small split grids (at
+most one CTA an SM), so the rest of the suite sees each launch only where its cases fall. Here
+each is forced on every case of the split-count tests of test_cpu_ffi.py (small and large
+grids, full and SWA, D = 128, padding, poisoned slots). The plan is read once a process, so
+each runs in its own pytest process.
 """
 
 import os
@@ -24,11 +23,8 @@ pytestmark = [
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 PLANS = {
-    "4warps_plain": {"MUSE_ATTN_KEY_PARTS": "1", "MUSE_ATTN_PDL": "0"},
-    "4warps_pdl": {"MUSE_ATTN_KEY_PARTS": "1", "MUSE_ATTN_PDL": "1"},
-    "8warps_plain": {"MUSE_ATTN_KEY_PARTS": "2", "MUSE_ATTN_PDL": "0"},
-    "8warps_pdl_late": {"MUSE_ATTN_KEY_PARTS": "2", "MUSE_ATTN_PDL": "late"},
-    "4warps_pdl_late": {"MUSE_ATTN_KEY_PARTS": "1", "MUSE_ATTN_PDL": "late"},
+    "merge_plain": {"MUSE_ATTN_PDL": "0"},
+    "merge_pdl": {"MUSE_ATTN_PDL": "1"},
 }
 
 

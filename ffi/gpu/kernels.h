@@ -29,7 +29,6 @@ struct VerifyParams {
   int window;                 // 0: full attention
   int num_splits;             // S
   float scale_log2;           // scale * log2(e)
-  int pdl_trigger_late;       // set by launch_split: 1 = the merge may launch after the stores
 #if defined(MUSE_ATTN_TIMELINE)
   uint64_t* timeline;         // timeline.h stamps (kernel_bench only)
 #endif
@@ -39,8 +38,8 @@ inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps 
 
 struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it from static shapes
 
-// Split: grid (S, R * Hkv, ceil(rows / 64)), 4 or 8 warps a CTA (plan.key_parts); every CTA
-// finds its tiles from seq_lens and exits when it has none.
+// Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits
+// when it has none.
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
 // Merge: one thread per (row, 4 d); writes every output row (zeros where nothing was seen).
 // A programmatic dependent launch of the split kernel when plan.merge_pdl.

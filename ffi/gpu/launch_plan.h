@@ -1,20 +1,15 @@
-// How one call is launched: which split kernel, how the merge follows it. Decided on the host
-// from static shapes, the device's SM count and environment overrides only, never from device
-// data, so the same launches are made every call and a command buffer (CUDA/HIP graph) can
-// capture them.
+// How one call is launched, decided on the host from static shapes, the device's SM count and
+// an environment override only, never from device data, so the same launches are made every
+// call and a command buffer (CUDA/HIP graph) can capture them.
 //
-// A "small" grid has at most one split CTA an SM: the call is latency-bound (every CTA runs in
-// the first wave and its few tiles are one dependent chain). There, on NVIDIA sm_90:
-//   - key_parts = 2: the split kernel runs 8 warps, two a 16-row block, each on one half of
-//     every tile's keys, and combines the halves at the end (half the chain a tile);
-//   - the merge is a programmatic dependent launch (PDL): its launch and prologue overlap the
-//     split kernel.
-// Larger grids keep 4 warps (3 CTAs an SM) and a plain merge launch: PDL cost ~5 us there
-// (benchmarks/NOTES.md versions 4-5).
+// The merge follows the split kernel as a programmatic dependent launch (PDL, NVIDIA sm_90+;
+// its launch and prologue overlap the split kernel) when the split grid is "small": at most one
+// CTA an SM, a latency-bound call. There PDL saved 0.6-1 us on an H200 (SWA R=1, full 2k R=1);
+// on full grids (8k R=4 to 128k) it cost up to ~5 us (benchmarks/NOTES.md versions 4-5).
+// MUSE_ATTN_PDL=1 / 0 forces it on / off (benchmarks, tests); read once a process.
 //
-// Overrides (benchmarks and tests): MUSE_ATTN_PDL=0 / 1 (never / always PDL), MUSE_ATTN_PDL=late
-// (always PDL, and the split kernel lets the merge launch after its stores rather than at its
-// start), MUSE_ATTN_KEY_PARTS=1 / 2. Read once a process.
+// Tried and measured slower (NOTES.md version 6): 8 warps a CTA splitting every tile's keys in
+// two halves for small grids, and a PDL trigger after the split kernel's stores.
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
@@ -28,9 +23,7 @@
 namespace muse_attn::gpu {
 
 struct LaunchPlan {
-  int key_parts = 1;          // warps sharing a 16-row block of the split kernel, each a key part
-  bool merge_pdl = false;     // the merge is a programmatic dependent launch of the split kernel
-  bool trigger_late = false;  // ... triggered after the split kernel's partial stores
+  bool merge_pdl = false;  // the merge is a programmatic dependent launch of the split kernel
 };
 
 inline bool env_is(const char* name, const char* value) {
@@ -47,24 +40,16 @@ inline int64_t split_ctas(const VerifyParams& p) {
 inline LaunchPlan plan_launch(const VerifyParams& p) {
   LaunchPlan plan;
 #if defined(MUSE_ATTN_CUDA)
-  // -1: automatic; else forced.
-  static const int pdl = env_is("MUSE_ATTN_PDL", "1") || env_is("MUSE_ATTN_PDL", "late") ? 1
-                         : env_is("MUSE_ATTN_PDL", "0")                                  ? 0
-                                                                                         : -1;
-  static const bool late = env_is("MUSE_ATTN_PDL", "late");
-  static const int parts = env_is("MUSE_ATTN_KEY_PARTS", "1")   ? 1
-                           : env_is("MUSE_ATTN_KEY_PARTS", "2") ? 2
-                                                                : -1;
+  static const int forced = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
   static const bool sm90 = device_supports_pdl();  // one kind of GPU a process, as XLA assumes
+  if (!sm90 || forced == 0) return plan;
   int dev = 0, sms = 0;
   const bool small = current_device(&dev) == gpuSuccess &&
                      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
                      split_ctas(p) <= sms;
-  plan.key_parts = parts > 0 ? parts : (small && sm90 ? 2 : 1);
-  plan.merge_pdl = sm90 && (pdl == 1 || (pdl < 0 && small));
-  plan.trigger_late = plan.merge_pdl && late;
+  plan.merge_pdl = forced == 1 || small;
 #else
-  (void)p;  // AMD: one wavefront a 16-row block, plain launches
+  (void)p;  // AMD: plain launches
 #endif
   return plan;
 }

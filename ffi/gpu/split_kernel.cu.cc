@@ -4,15 +4,11 @@
 // query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
 // runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
 // O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
-// KeyParts = 2 (small grids on NVIDIA, launch_plan.h): 8 warps, two a 16-row block, each on half
-// of every tile's keys with its own (m, l, o); the halves are combined through shared memory
-// before the store (combine_key_parts).
 #include <atomic>
 #include <cstdint>
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
-#include "gpu/launch_plan.h"
 #include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "gpu/warp_mma.h"
@@ -24,9 +20,8 @@
 namespace muse_attn::gpu {
 namespace {
 
-constexpr int kRowBlocks = kMaxRows / 16;  // warps (wavefronts) of 16 rows: 4
-template <int KeyParts>
-inline constexpr int kSplitThreads = kRowBlocks * KeyParts * kWarpSize;
+constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
+constexpr int kThreads = kWarps * kWarpSize;
 // op over x[0..n) as a tree (log2 n dependent steps instead of n).
 template <int n, typename Op>
 __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
@@ -54,62 +49,19 @@ struct Stages {
 };
 
 template <int D>
-inline constexpr int kSplitSmemBytes = Stages<D>::value * KvTile<D>::kBytes;
-
-// KeyParts = 2: the warp of part 1 hands its (m, lane-partial l, o) of each row to the part-0
-// warp of the same rows through shared memory (the stages are free once the tiles are done), and
-// returns; the part-0 warp folds them into its own with the max trick (softmax_state.h rules:
-// a half that saw no key weighs 0). Every warp of the CTA must call it (it syncs the CTA).
-template <int D, typename Warp>
-__device__ __forceinline__ bool combine_key_parts(char* smem, Warp& w, SoftmaxState (&st)[2],
-                                                  int rb, int part, int lane) {
-  static_assert(Warp::kRowsPerLane == 2, "the NVIDIA fragment layout");
-  constexpr int kN = D / 8;  // o fragments a lane
-  float4* xo = reinterpret_cast<float4*>(smem);           // [row block][n][lane]
-  float4* xml = xo + kRowBlocks * kN * kWarpSize;         // [row block][lane]: m0 l0 m1 l1
-  static_assert((kRowBlocks * kN + kRowBlocks) * kWarpSize * 16 <= kSplitSmemBytes<D>,
-                "the exchange fits in the stages");
-  if (part == 1) {
-#pragma unroll
-    for (int n = 0; n < kN; ++n)
-      xo[(rb * kN + n) * kWarpSize + lane] = make_float4(w.o[n][0], w.o[n][1], w.o[n][2], w.o[n][3]);
-    xml[rb * kWarpSize + lane] = make_float4(st[0].m, st[0].l, st[1].m, st[1].l);
-  }
-  __syncthreads();
-  if (part == 1) return false;
-  const float4 ml = xml[rb * kWarpSize + lane];
-  const float m2[2] = {ml.x, ml.z}, l2[2] = {ml.y, ml.w};
-  float a[2], b[2];
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const float m_new = fmaxf(st[rr].m, m2[rr]);
-    a[rr] = rescale_weight(st[rr].m, m_new);  // 0 for a half that saw nothing
-    b[rr] = rescale_weight(m2[rr], m_new);
-    st[rr].l = st[rr].l * a[rr] + l2[rr] * b[rr];
-    st[rr].m = m_new;
-  }
-#pragma unroll
-  for (int n = 0; n < kN; ++n) {
-    const float4 x = xo[(rb * kN + n) * kWarpSize + lane];
-    w.o[n][0] = w.o[n][0] * a[0] + x.x * b[0];
-    w.o[n][1] = w.o[n][1] * a[0] + x.y * b[0];
-    w.o[n][2] = w.o[n][2] * a[1] + x.z * b[1];
-    w.o[n][3] = w.o[n][3] * a[1] + x.w * b[1];
-  }
-  return true;
+constexpr int split_smem_bytes() {
+  return Stages<D>::value * KvTile<D>::kBytes;
 }
 
-template <int D, int KeyParts>
-__global__ void __launch_bounds__(kSplitThreads<KeyParts>) split_kernel(VerifyParams p) {
+template <int D>
+__global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   extern __shared__ __align__(16) char smem[];
-  using Warp = WarpAttention<D, KeyParts>;
-  constexpr int kThreads = kSplitThreads<KeyParts>;
+  using Warp = WarpAttention<D>;
   constexpr int kStages = Stages<D>::value;
   constexpr int R = Warp::kRowsPerLane;
   constexpr int N = Warp::kScoresPerRow;
 
-  // The merge may launch now (it waits for this grid's writes), or after the stores (late).
-  if (!p.pdl_trigger_late) grid_launch_dependents();
+  grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   MUSE_TIMELINE(p, 0, 0);
   MUSE_TIMELINE_CLOCK(timeline_clock0);
   const int seg = blockIdx.x;
@@ -120,16 +72,14 @@ __global__ void __launch_bounds__(kSplitThreads<KeyParts>) split_kernel(VerifyPa
   if (req >= real) return;  // padding: nothing read, the merge writes zero rows
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
-  const int rb = warp % kRowBlocks;                          // the warp's 16-row block
-  const int part = KeyParts == 1 ? 0 : warp / kRowBlocks;   // and key part of every tile
-  const int row0 = kMaxRows * blockIdx.z + 16 * rb;  // the warp's first row of the group
+  const int row0 = kMaxRows * blockIdx.z + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
   // Query row -> token, without branches, so that the few distinct rows of a lane share one
   // division each (rows past the group's are clamped: their scores are never written).
   auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
   // Q first: its loads fly while seq_lens and the block ids are read (they do not depend on
   // them; the request is real).
-  Warp w(lane, part);
+  Warp w(lane);
   w.load_q([&](int r16, int d) -> uint32_t {
     const int row = row0 + r16;
     const int tok = token_of(row);
@@ -256,12 +206,6 @@ __global__ void __launch_bounds__(kSplitThreads<KeyParts>) split_kernel(VerifyPa
   }
   copy_wait<0>();
   MUSE_TIMELINE(p, 0, 4);  // tiles done
-  if constexpr (KeyParts == 2) {
-    if (!combine_key_parts<D>(smem, w, st, rb, part, lane)) {
-      if (p.pdl_trigger_late) grid_launch_dependents();
-      return;
-    }
-  }
 
   // Each lane's rows: the addresses once, the stores predicated (no branch a store).
   const PartialsLayout lay{p.num_splits, p.rows, D};
@@ -288,46 +232,33 @@ __global__ void __launch_bounds__(kSplitThreads<KeyParts>) split_kernel(VerifyPa
   w.for_each_out2([&](int rr, int d, float a, float b) {
     if (row_ok[rr]) *reinterpret_cast<float2*>(o_row[rr] + d) = make_float2(a, b);
   });
-  if (p.pdl_trigger_late) grid_launch_dependents();  // (CTAs that returned early count as done)
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
 }
 
-template <int D, int KeyParts>
+template <int D>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
-  constexpr int smem = kSplitSmemBytes<D>;
+  constexpr int smem = split_smem_bytes<D>();
   // Once a device (the attribute is per device; bit i: device i done).
   static std::atomic<uint64_t> done{0};
   int dev = 0;
   if (gpuError_t e = current_device(&dev); e != gpuSuccess) return e;
   const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
   if (!bit || !(done.load(std::memory_order_acquire) & bit)) {
-    if (gpuError_t e = set_max_dynamic_shared(split_kernel<D, KeyParts>, smem); e != gpuSuccess)
-      return e;
+    if (gpuError_t e = set_max_dynamic_shared(split_kernel<D>, smem); e != gpuSuccess) return e;
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
   const dim3 grid(p.num_splits, p.num_requests * p.num_kv_heads,
                   (p.rows + kMaxRows - 1) / kMaxRows);
-  split_kernel<D, KeyParts><<<grid, kSplitThreads<KeyParts>, smem, stream>>>(p);
+  split_kernel<D><<<grid, kThreads, smem, stream>>>(p);
   return gpuGetLastError();
-}
-
-template <int D>
-gpuError_t launch_split_parts(const VerifyParams& p, int key_parts, gpuStream_t stream) {
-#if defined(MUSE_ATTN_CUDA)
-  if (key_parts == 2) return launch_split_d<D, 2>(p, stream);
-#endif
-  (void)key_parts;  // AMD: always 1 (launch_plan.h)
-  return launch_split_d<D, 1>(p, stream);
 }
 
 }  // namespace
 
-gpuError_t launch_split(const VerifyParams& params, const LaunchPlan& plan, gpuStream_t stream) {
-  VerifyParams p = params;
-  p.pdl_trigger_late = plan.trigger_late ? 1 : 0;
-  return p.head_dim == 64 ? launch_split_parts<64>(p, plan.key_parts, stream)
-                          : launch_split_parts<128>(p, plan.key_parts, stream);
+gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+  (void)plan;  // the split kernel is launched the same way in every plan
+  return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }
 
 }  // namespace muse_attn::gpu

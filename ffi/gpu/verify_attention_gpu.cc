@@ -63,7 +63,6 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.window = pr.window;
   p.num_splits = pr.num_splits;
   p.scale_log2 = pr.scale_log2;
-  p.pdl_trigger_late = 0;  // launch_split sets it from the plan
   const LaunchPlan plan = plan_launch(p);  // static shapes + SM count: the same every call
   if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);

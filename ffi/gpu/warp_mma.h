@@ -2,9 +2,6 @@
 // lanes) owns 16 query rows and, per 64-key tile staged in shared memory,
 //   scores():     S = Q K^T for its 16 rows x 64 keys (fp32),
 //   accumulate(): O += P V with P the bf16-rounded probabilities.
-// With KeyParts = 2 (NVIDIA) two warps share the 16 rows, each on one half of the tile's keys
-// (part 0: keys 0-31, part 1: 32-63); each keeps its own softmax state and O, and the kernel
-// combines the halves at the end.
 // Each vendor keeps its fragments in its own register layout; the kernel sees only
 //   s[rr][i]  score of the lane's row row_of(rr) and key key_of(i) of the tile,
 //   row_max / row_sum   reductions over the lanes that share a row,
@@ -45,42 +42,36 @@ __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int D, int KeyParts = 1>
+template <int D>
 struct WarpAttention {
-  static_assert(KeyParts == 1 || KeyParts == 2, "a tile's 64 keys in 1 or 2 parts");
-  static constexpr int kKeys = kTileKeys / KeyParts;  // keys of the tile this warp sees
-  static constexpr int kRowsPerLane = 2;               // rows g and g + 8
-  static constexpr int kScoresPerRow = kKeys / 4;      // kKeys / 8 n-tiles x 2
+  static constexpr int kRowsPerLane = 2;     // rows g and g + 8
+  static constexpr int kScoresPerRow = 16;   // 8 n-tiles x 2
   static constexpr int kKSteps = D / 16;
 
   int lane;
-  int key0;                 // the warp's first key in the tile: kKeys * part
   uint32_t qa[kKSteps][4];  // A fragments of Q (16 rows x D)
   float s[kRowsPerLane][kScoresPerRow];
   float o[D / 8][4];        // C fragments of O (16 rows x D)
-  // The lane's ldmatrix row addresses inside a tile, for the warp's key block 0 (key block j
-  // adds j * 16 rows): K at d-step kk (scores), V at d-block nd2 (accumulate). The swizzle of a
-  // row depends on key & 7 only (key0 is a multiple of 8), so these hold for every tile.
+  // The lane's ldmatrix row addresses inside a tile, for key block 0 (key block j adds
+  // j * 16 rows): K at d-step kk (scores), V at d-block nd2 (accumulate). The swizzle of a row
+  // depends on lane & 7 only, so these hold for every tile.
   int k_off[kKSteps];
   int v_off[D / 16];
 
-  // part: which key part of each tile the warp sees (0 when KeyParts = 1).
-  __device__ WarpAttention(int lane_, int part) : lane(lane_), key0(kKeys * part) {
+  __device__ explicit WarpAttention(int lane_) : lane(lane_) {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk)
-      k_off[kk] = KvTile<D>::offset(key0 + (lane & 7) + 8 * (lane >> 4),
-                                    8 * (2 * kk + ((lane >> 3) & 1)));
+      k_off[kk] = KvTile<D>::offset((lane & 7) + 8 * (lane >> 4), 8 * (2 * kk + ((lane >> 3) & 1)));
     const int m = lane >> 3;
 #pragma unroll
     for (int nd2 = 0; nd2 < D / 16; ++nd2)
       v_off[nd2] = kTileKeys * KvTile<D>::kRowBytes +
-                   KvTile<D>::offset(key0 + (lane & 7) + 8 * (m & 1), 8 * (2 * nd2 + (m >> 1)));
+                   KvTile<D>::offset((lane & 7) + 8 * (m & 1), 8 * (2 * nd2 + (m >> 1)));
   }
   __device__ int row_of(int rr) const { return (lane >> 2) + 8 * rr; }
-  // Key (in the tile) of the lane's score i.
-  __device__ int key_of(int i) const { return key0 + 8 * (i >> 1) + 2 * (lane & 3) + (i & 1); }
+  __device__ int key_of(int i) const { return 8 * (i >> 1) + 2 * (lane & 3) + (i & 1); }
 
   // q_pair(row, d): the bf16 pair (d, d + 1) of local row `row`, packed; 0 for absent rows.
   template <typename QPair>
@@ -96,24 +87,23 @@ struct WarpAttention {
   }
 
   __device__ void scores(const KvTile<D>& tile) {
-    constexpr int kNTiles = kKeys / 8;
-    float c[kNTiles][4];  // n-tile j: keys key0 + 8 j .. + 7
+    float c[8][4];  // n-tile j: keys 8 j .. 8 j + 7
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+    for (int j = 0; j < 8; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
     // d outer, keys inner: only one d-step of K fragments is live at a time (at D = 128 the
     // other order lets the compiler hoist every K fragment and spill).
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
-      for (int j2 = 0; j2 < kNTiles / 2; ++j2) {  // keys key0 + 16 j2 .. + 15: two n-tiles
-        uint32_t b[4];  // keys key0 + 16 j2 + (lane & 7) + 8 (lane >> 4), d 8 (2 kk + (lane >> 3 & 1))
+      for (int j2 = 0; j2 < 4; ++j2) {  // keys 16 j2 .. 16 j2 + 15: two n-tiles
+        uint32_t b[4];  // keys 16 j2 + (lane & 7) + 8 (lane >> 4), d 8 (2 kk + (lane >> 3 & 1))
         ldmatrix_x4(b, tile.base + k_off[kk] + 16 * j2 * KvTile<D>::kRowBytes, false);
         mma_16816(c[2 * j2], qa[kk], b[0], b[1]);
         mma_16816(c[2 * j2 + 1], qa[kk], b[2], b[3]);
       }
     }
 #pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
+    for (int j = 0; j < 8; ++j) {
       s[0][2 * j] = c[j][0];
       s[0][2 * j + 1] = c[j][1];
       s[1][2 * j] = c[j][2];
@@ -123,17 +113,16 @@ struct WarpAttention {
 
   // O += P V, P = s (already probabilities), rounded to bf16.
   __device__ void accumulate(const KvTile<D>& tile) {
-    constexpr int kKeyBlocks = kKeys / 16;
-    uint32_t pa[kKeyBlocks][4];  // A fragments of P, packed first so that s is dead during the loads
+    uint32_t pa[4][4];  // A fragments of P, packed first so that s is dead during the loads
 #pragma unroll
-    for (int kk = 0; kk < kKeyBlocks; ++kk) {
+    for (int kk = 0; kk < 4; ++kk) {
       pa[kk][0] = pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]);
       pa[kk][1] = pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]);
       pa[kk][2] = pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]);
       pa[kk][3] = pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3]);
     }
 #pragma unroll
-    for (int kk = 0; kk < kKeyBlocks; ++kk) {  // keys key0 + 16 kk .. + 15
+    for (int kk = 0; kk < 4; ++kk) {  // keys 16 kk .. 16 kk + 15
       const uint32_t (&a)[4] = pa[kk];
 #pragma unroll
       for (int nd2 = 0; nd2 < D / 16; ++nd2) {
@@ -195,9 +184,8 @@ __device__ __forceinline__ mfma_c_t mfma_bf16(mfma_words_t a, mfma_words_t b, mf
 #endif
 }
 
-template <int D, int KeyParts = 1>
+template <int D>
 struct WarpAttention {
-  static_assert(KeyParts == 1, "AMD: one wavefront a 16-row block sees the whole tile");
   static constexpr int kRowsPerLane = 1;    // row lane % 16
   static constexpr int kScoresPerRow = 16;  // keys 16 n + 4 g + i, n, i < 4
   static constexpr int kKSteps = D / kMfmaK;
@@ -208,7 +196,7 @@ struct WarpAttention {
   float s[kRowsPerLane][kScoresPerRow];
   mfma_c_t o[D / 16];        // O^T[d = 16 db + 4 g + i][row]
 
-  __device__ WarpAttention(int lane_, int /*part: always 0*/) : lane(lane_) {
+  __device__ explicit WarpAttention(int lane_) : lane(lane_) {
 #pragma unroll
     for (int n = 0; n < D / 16; ++n) o[n] = mfma_c_t{0.0f, 0.0f, 0.0f, 0.0f};
   }
