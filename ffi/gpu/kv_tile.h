@@ -1,4 +1,5 @@
-// One 64-key tile of K and V in shared memory (LDS), and its staging from the paged cache.
+// One 64-key tile of K and V in shared memory (LDS), and its staging from the paged cache; the
+// CTA's query rows (QTile) are staged the same way.
 //
 // Layout: K [64 keys][D] and V [64 keys][D], bf16 rows of D * 2 bytes, cut in 16-byte chunks
 // that are XOR-swizzled by the key (chunk c of key k sits at c ^ (k % 8)), so that the matrix
@@ -39,6 +40,36 @@ struct KvTile {
     return base + kTileKeys * kRowBytes + offset(key, d);
   }
 };
+
+// The CTA's query rows (Rows x D bf16) in shared memory, swizzled as a KvTile half (chunk c of
+// row r at c ^ (r % 8)). Staged once (stage_q_tile), in its own copy group ahead of the first
+// K/V tile, so its loads are in flight from the kernel's start; the warps read their fragments
+// from it once the first tile has landed.
+template <int D, int Rows>
+struct QTile {
+  static constexpr int kBytes = Rows * D * 2;
+
+  char* base;  // kBytes of shared memory
+
+  __device__ const char* at(int row, int d) const { return base + KvTile<D>::offset(row, d); }
+};
+
+// Issues the copies of rows [0, rows) of a QTile; row r is D contiguous bf16 at q +
+// row_offset(r). Rows past `rows` are zero-filled (their scores are 0 and never written) without
+// reading the source.
+template <int D, int Rows, int kThreads, typename RowOffset>
+__device__ __forceinline__ void stage_q_tile(const QTile<D, Rows>& dst, const uint16_t* q, int rows,
+                                             RowOffset row_offset, int tid) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks a row
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  static_assert(kThreads % kChunks == 0 && Rows % kRowsPerPass == 0, "whole rows a pass");
+  const int chunk = tid % kChunks;
+#pragma unroll
+  for (int r = tid / kChunks; r < Rows; r += kRowsPerPass) {
+    const bool ok = r < rows;
+    copy16(dst.base + KvTile<D>::offset(r, 8 * chunk), q + row_offset(ok ? r : 0) + 8 * chunk, ok);
+  }
+}
 
 // Where the keys of one (request, KV head) group live.
 template <int D>

@@ -49,8 +49,8 @@ struct Stages {
 };
 
 template <int D>
-constexpr int split_smem_bytes() {
-  return Stages<D>::value * KvTile<D>::kBytes;
+constexpr int split_smem_bytes() {  // the stages, then the query tile
+  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes;
 }
 
 template <int D>
@@ -70,30 +70,32 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const int kvh = group % p.num_kv_heads;
   const int real = min_i(max_i(*p.num_reqs, 0), p.num_requests);
   if (req >= real) return;  // padding: nothing read, the merge writes zero rows
+  const int raw_len = p.seq_lens[req];  // in flight while Q's copies are issued
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
-  const int row0 = kMaxRows * blockIdx.z + 16 * warp;  // the warp's first row of the group
+  const int block_row0 = kMaxRows * blockIdx.z;  // the CTA's first row of the group
+  const int row0 = block_row0 + 16 * warp;       // the warp's
   const int lane = tid % kWarpSize;
-  // Query row -> token, without branches, so that the few distinct rows of a lane share one
-  // division each (rows past the group's are clamped: their scores are never written).
+  // Q first, in its own copy group (the request is real; Q does not depend on seq_lens): on
+  // NVIDIA its copies fly while seq_lens and the block ids are read. Rows past the group's are
+  // zero-filled.
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes};
+  stage_q_tile<D, kMaxRows, kThreads>(q_tile, p.q, min_i(p.rows - block_row0, kMaxRows),
+                                      [&](int r) { return ql.row_offset(req, kvh, block_row0 + r); }, tid);
+  copy_commit();
+  // Query row -> token, without branches (rows past the group's are clamped: their scores are
+  // never written).
   auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
-  // Q first: its loads fly while seq_lens and the block ids are read (they do not depend on
-  // them; the request is real).
   Warp w(lane);
-  w.load_q([&](int r16, int d) -> uint32_t {
-    const int row = row0 + r16;
-    const int tok = token_of(row);
-    const int head = kvh * p.qpk + (min_i(row, p.rows - 1) - tok * p.qpk);
-    // = QueryLayout::row_offset (partials.h) of the clamped row, + d
-    const int64_t at = ((int64_t{p.tokens} * req + tok) * p.num_q_heads + head) * D + d;
-    const uint32_t v = *reinterpret_cast<const uint32_t*>(p.q + at);
-    return row < p.rows ? v : 0u;  // a row past the group's: scores 0, never written
-  });
-  const RequestGeometry g = request_geometry(p.seq_lens[req], p.pages * kPageSize, p.tokens,
-                                             p.window, p.num_splits);
+  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
+                                             p.num_splits);
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
-  if (t0 >= t1) return;  // a segment past num_segments: no work
+  if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
+    copy_wait<0>();
+    return;
+  }
   MUSE_TIMELINE(p, 0, 1);  // seq_lens read
   const KvSource<D> src(p.kv, p.num_kv_heads, kvh, p.table + req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
@@ -108,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
-  // Start the copies first; Q and the masks' bounds are set up while they fly. The block ids of
+  // Start the copies first; the masks' bounds are set up while they fly. The block ids of
   // a tile are loaded one tile before its copies are issued (`next`), so no copy waits on a
   // block-table read.
   if constexpr (D == 64) {  // all first block ids in flight together
@@ -164,7 +166,10 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     copy_wait<kStages - 1>();
     if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
     __syncthreads();
-    if (it == 0) MUSE_TIMELINE(p, 0, 3);  // first tile in shared memory (every warp's copies)
+    if (it == 0) {
+      MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
+      w.load_q(q_tile, 16 * warp);
+    }
     const int slot = it % kStages;
     const KvTile<D> tile = tile_at(slot);
     w.scores(tile);

@@ -73,17 +73,13 @@ struct WarpAttention {
   __device__ int row_of(int rr) const { return (lane >> 2) + 8 * rr; }
   __device__ int key_of(int i) const { return 8 * (i >> 1) + 2 * (lane & 3) + (i & 1); }
 
-  // q_pair(row, d): the bf16 pair (d, d + 1) of local row `row`, packed; 0 for absent rows.
-  template <typename QPair>
-  __device__ void load_q(QPair q_pair) {
-    const int g = lane >> 2, t = lane & 3;
+  // Q's A fragments: rows row0 .. row0 + 15 of the staged query tile (one ldmatrix a d-step).
+  template <int Rows>
+  __device__ void load_q(const QTile<D, Rows>& qt, int row0) {
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      qa[kk][0] = q_pair(g, 16 * kk + 2 * t);
-      qa[kk][1] = q_pair(g + 8, 16 * kk + 2 * t);
-      qa[kk][2] = q_pair(g, 16 * kk + 8 + 2 * t);
-      qa[kk][3] = q_pair(g + 8, 16 * kk + 8 + 2 * t);
-    }
+    for (int kk = 0; kk < kKSteps; ++kk)  // lanes 8m .. 8m + 7 address matrix m = a0 .. a3
+      ldmatrix_x4(qa[kk], qt.at(row0 + (lane & 7) + 8 * ((lane >> 3) & 1), 8 * (2 * kk + (lane >> 4))),
+                  false);
   }
 
   __device__ void scores(const KvTile<D>& tile) {
@@ -203,13 +199,15 @@ struct WarpAttention {
   __device__ int row_of(int) const { return lane & 15; }
   __device__ int key_of(int i) const { return 16 * (i >> 2) + 4 * (lane >> 4) + (i & 3); }
 
-  template <typename QPair>
-  __device__ void load_q(QPair q_pair) {
+  // Q as the B operand: the lane's row row0 + lane % 16 of the staged query tile.
+  template <int Rows>
+  __device__ void load_q(const QTile<D, Rows>& qt, int row0) {
     const int r = lane & 15, g = lane >> 4;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
-      for (int w = 0; w < kWords; ++w) qb[kk][w] = q_pair(r, kMfmaK * kk + kWords * 2 * g + 2 * w);
+      for (int w = 0; w < kWords; ++w)
+        qb[kk][w] = *reinterpret_cast<const uint32_t*>(qt.at(row0 + r, kMfmaK * kk + kWords * 2 * g + 2 * w));
   }
 
   __device__ void scores(const KvTile<D>& tile) {
