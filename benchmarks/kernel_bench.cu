@@ -5,7 +5,8 @@
 //        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
-// MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids;
+// MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids
+// (and reads num_reqs from device memory, as a traced num_reqs; otherwise it is static, R);
 // MUSE_ATTN_PDL=1 / 0 launches the merge always / never as a programmatic dependent launch
 // (gpu/launch_plan.h; default: when the split grid has at most one CTA an SM).
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
@@ -89,6 +90,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   CHECK(cudaMemcpy(sl, lens.data(), R * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(nr, &nreq, 4, cudaMemcpyHostToDevice));
   p.q = q; p.kv = kv; p.table = bt; p.seq_lens = sl; p.num_reqs = nr; p.out = out;
+  // As verify_attention with num_reqs=None (static R); poisoned runs read a padded count from nr.
+  p.num_reqs_static = poison ? -1 : R;
   p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
   p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = kHkv;
   p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;

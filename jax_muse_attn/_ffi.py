@@ -51,8 +51,11 @@ def multiprocessor_count(default: int = 132) -> int:
         return default
 
 
-def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, num_splits: int):
-    """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape."""
+def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, num_splits: int,
+         num_reqs_static: int = -1):
+    """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape.
+    num_reqs_static: the value of num_reqs when known at trace time (in [0, R]; the kernels then do
+    not read the num_reqs operand), or -1."""
     s = shapes
     out_types = (
         jax.ShapeDtypeStruct(q3.shape, jnp.bfloat16),
@@ -65,5 +68,6 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
         window=np.int32(s.window),
         tokens_per_request=np.int32(s.tokens),
         num_splits=np.int32(num_splits),
+        num_reqs_static=np.int32(num_reqs_static),
     )
     return out

@@ -149,6 +149,16 @@ def check_inputs(q, kv_cache, block_table, seq_lens, *, scale, window, tokens_pe
                   num_blocks=blocks, pages=block_table.shape[1], window=win, q_rank=q.ndim)
 
 
+def static_num_reqs(num_reqs, num_requests: int) -> int:
+    """num_reqs when it is known at trace time (None -> R, a Python int), else -1 (traced: the
+    kernels read it from device memory). Call after normalize_num_reqs has checked it."""
+    if num_reqs is None:
+        return int(num_requests)
+    if isinstance(num_reqs, numbers.Integral) and not isinstance(num_reqs, bool):
+        return int(num_reqs)
+    return -1
+
+
 def normalize_num_reqs(num_reqs, num_requests: int) -> jax.Array:
     """None -> R; a Python int is checked against [0, R]; a traced scalar is passed on as int32
     (the kernels clamp it to [0, R] at run time)."""

@@ -104,12 +104,13 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
                                     tokens_per_request=tokens_per_request)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
+    nr_static = _validate.static_num_reqs(num_reqs, shapes.num_requests)  # -1: traced
     kind, _ = resolve_backend(backend)  # _ffi_jit reads the platform itself for the split count
     if kind == "reference":
         return _reference_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
     splits = int(num_splits) if num_splits is not None else None  # None: per-shard default
     return _ffi_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale),
-                    num_splits=splits)
+                    num_splits=splits, num_reqs_static=nr_static)
 
 
 # Both backends run through the tensor-parallel partitioning rules of _partitioning: under a
@@ -121,12 +122,13 @@ def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scal
     return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
 
 
-def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num_splits, platform):
+def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num_splits, platform,
+                num_reqs_static):
     s = shapes  # global, or one shard's when partitioned
     splits = num_splits if num_splits is not None else default_num_splits(s, platform)
     q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
     out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,
-                    num_splits=splits)
+                    num_splits=splits, num_reqs_static=num_reqs_static)
     return out.reshape(q.shape)
 
 
@@ -136,8 +138,12 @@ def _reference_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scal
                                      shapes=shapes, static=(scale,))
 
 
-@functools.partial(jax.jit, static_argnames=("shapes", "scale", "num_splits"))
-def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale, num_splits):
-    """num_splits: an int (every shard uses it), or None: the default of each shard's shapes."""
+@functools.partial(jax.jit, static_argnames=("shapes", "scale", "num_splits", "num_reqs_static"))
+def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale, num_splits,
+             num_reqs_static=-1):
+    """num_splits: an int (every shard uses it), or None: the default of each shard's shapes.
+    num_reqs_static: num_reqs when known at trace time (the kernels then skip reading it, one
+    dependent memory round trip less at their start), else -1."""
     return _partitioning.partitioned(_ffi_kernel, q, kv_cache, block_table, seq_lens, num_reqs,
-                                     shapes=shapes, static=(scale, num_splits, _ffi.current_platform()))
+                                     shapes=shapes,
+                                     static=(scale, num_splits, _ffi.current_platform(), num_reqs_static))

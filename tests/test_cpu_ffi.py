@@ -123,6 +123,38 @@ def test_num_reqs_python_int_and_traced_agree(rng, backend):
     assert_close(a, c.oracle(), q_shape=c.q.shape)
 
 
+def _direct_call(c, num_reqs_operand, num_reqs_static, num_splits=3):
+    """The custom call itself (no verify_attention wrapper), with the given num_reqs attribute."""
+    shapes = jax_muse_attn._validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=None,
+                                                  tokens_per_request=c.NQ)
+    q3 = c.q.reshape(c.q.shape[0], shapes.num_q_heads, shapes.head_dim)
+    return jax.jit(lambda q3, kv, bt, sl, n: _ffi.call(
+        q3, kv, bt, sl, n, shapes=shapes, scale=c.scale, num_splits=num_splits,
+        num_reqs_static=num_reqs_static))(q3, c.kv, c.bt, c.sl, jnp.int32(num_reqs_operand))
+
+
+def test_static_num_reqs_attribute_wins_over_operand(rng):
+    """A num_reqs known at trace time reaches the handler as the num_reqs_static attribute, and
+    the operand is then not consulted (the kernels skip a dependent load); -1 reads the operand."""
+    c = make_case(rng, 4, [100, 50, 191, 20], P=12, num_reqs=3)
+    want = c.oracle(num_reqs=3)
+    for operand in [0, 3, 4, -5]:  # ignored
+        out = _direct_call(c, operand, 3)
+        assert_close(out.reshape(c.q.shape), want, q_shape=c.q.shape, what=f"operand {operand}")
+    assert_close(_direct_call(c, 3, -1).reshape(c.q.shape), want, q_shape=c.q.shape, what="traced")
+    # And verify_attention passes it: a Python int and None are static, a traced scalar is not.
+    assert jax_muse_attn._validate.static_num_reqs(None, 4) == 4
+    assert jax_muse_attn._validate.static_num_reqs(2, 4) == 2
+    assert jax_muse_attn._validate.static_num_reqs(jnp.int32(2), 4) == -1
+
+
+@pytest.mark.parametrize("bad", [-2, 5])
+def test_static_num_reqs_attribute_out_of_range_is_refused(rng, bad):
+    c = make_case(rng, 4, [100, 50, 191, 20], P=12)
+    with pytest.raises(Exception, match="num_reqs_static"):
+        jax.block_until_ready(_direct_call(c, 4, bad))
+
+
 def test_whole_call_under_jit(rng, backend):
     c = make_case(rng, 4, [100, 50, 191, 20], P=12, window=16, q2d=True)
     f = jax.jit(lambda q, kv, bt, sl: jax_muse_attn.verify_attention(

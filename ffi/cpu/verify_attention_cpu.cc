@@ -173,16 +173,17 @@ ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, H
                                 ffi::ResultBufferR4<ffi::F32> part_o,   // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
-                                int32_t num_splits) {
+                                int32_t num_splits, int32_t num_reqs_static) {
   Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
                               seq_lens.dimensions(), part_o->dimensions(),
-                              part_ml->dimensions(), scale, window, tokens, num_splits, &p);
+                              part_ml->dimensions(), scale, window, tokens, num_splits,
+                              num_reqs_static, &p);
   if (status.failure()) return status;
   const Inputs in{q.typed_data(), kv_cache.typed_data(), block_table.typed_data(),
                   part_o->typed_data(), part_ml->typed_data()};
   // Requests at or past num_reqs are padding: no key, nothing read, zero rows.
-  const int real = min_i(max_i(num_reqs.typed_data()[0], 0), p.num_requests);
+  const int real = real_requests(p.num_reqs_static, num_reqs.typed_data(), p.num_requests);
   for (int r = 0; r < p.num_requests; ++r) {
     const int raw_len = r < real ? seq_lens.typed_data()[r] : 0;
     const RequestGeometry g =

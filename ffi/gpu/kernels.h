@@ -16,6 +16,7 @@ struct VerifyParams {
   const int32_t* table;       // [>= R, pages]
   const int32_t* seq_lens;    // [>= R]
   const int32_t* num_reqs;    // scalar: real requests (clamped to [0, R] on the device)
+  int num_reqs_static;        // real requests if known at trace time (*num_reqs not read), or -1
   uint16_t* out;              // like q
   float* part_o;              // [R*Hkv, S, rows, D]
   float* part_ml;             // [R*Hkv, S, rows, 2]

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   const bool row_ok = row < p.rows;  // no early return: the lanes shuffle below
   const int req = group / p.num_kv_heads;
   const int kvh = group % p.num_kv_heads;
-  const int real = min_i(max_i(*p.num_reqs, 0), p.num_requests);
+  const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   const int raw_len = req < real ? p.seq_lens[req] : 0;
   const RequestGeometry g =
       request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);

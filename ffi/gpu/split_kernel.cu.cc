@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
   const int group = blockIdx.y;
   const int req = group / p.num_kv_heads;
   const int kvh = group % p.num_kv_heads;
-  const int real = min_i(max_i(*p.num_reqs, 0), p.num_requests);
+  const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (req >= real) return;  // padding: nothing read, the merge writes zero rows
   const int raw_len = p.seq_lens[req];  // in flight while Q's copies are issued
   const int tid = threadIdx.x;

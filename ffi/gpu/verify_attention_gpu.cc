@@ -30,12 +30,12 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 ffi::ResultBufferR4<ffi::F32> part_o,   // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
-                                int32_t num_splits) {
+                                int32_t num_splits, int32_t num_reqs_static) {
   Problem pr{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(),
                                    block_table.dimensions(), seq_lens.dimensions(),
                                    part_o->dimensions(), part_ml->dimensions(), scale, window,
-                                   tokens, num_splits, &pr);
+                                   tokens, num_splits, num_reqs_static, &pr);
   if (status.failure()) return status;
   if (pr.head_dim != 64 && pr.head_dim != 128)
     return ffi::Error::InvalidArgument(
@@ -62,6 +62,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.pages = pr.pages;
   p.window = pr.window;
   p.num_splits = pr.num_splits;
+  p.num_reqs_static = pr.num_reqs_static;
   p.scale_log2 = pr.scale_log2;
   const LaunchPlan plan = plan_launch(p);  // static shapes + SM count: the same every call
   if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);

@@ -31,6 +31,14 @@ MUSE_HD int min_i(int a, int b) { return a < b ? a : b; }
 MUSE_HD int max_i(int a, int b) { return a > b ? a : b; }
 MUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// Requests that are real (the rest are padding: nothing of theirs is read). num_reqs_static: the
+// count when it was known at trace time (>= 0; then *num_reqs is not read), else -1 and the
+// count is read from device memory and clamped to [0, num_requests].
+MUSE_HD int real_requests(int num_reqs_static, const int32_t* num_reqs, int num_requests) {
+  if (num_reqs_static >= 0) return min_i(num_reqs_static, num_requests);
+  return min_i(max_i(*num_reqs, 0), num_requests);
+}
+
 // The key range of one request and its cut into segments of whole tiles.
 struct RequestGeometry {
   int seq_len;            // keys of the request, clamped to [0, capacity]; 0 for padding

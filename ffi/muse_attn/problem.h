@@ -29,6 +29,7 @@ struct Problem {
   int64_t table_row_stride;  // elements between block-table rows (= P)
   int window;           // 0: full attention
   int num_splits;       // segments a group at most
+  int num_reqs_static;  // real requests when known at trace time (the operand is not read), or -1
   float scale_log2;     // scale * log2(e)
 
   int rows() const { return tokens * qpk; }  // output rows of a group
@@ -52,7 +53,7 @@ inline ffi::Error make_problem(ffi::Span<const int64_t> q,
                                ffi::Span<const int64_t> part_o,
                                ffi::Span<const int64_t> part_ml, float scale,
                                int32_t window, int32_t tokens, int32_t num_splits,
-                               Problem* out) {
+                               int32_t num_reqs_static, Problem* out) {
   auto bad = [](std::string what) {
     return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: " + what);
   };
@@ -88,6 +89,10 @@ inline ffi::Error make_problem(ffi::Span<const int64_t> q,
   p.table_row_stride = table[1];
   p.window = window;
   p.num_splits = num_splits;
+  if (num_reqs_static < -1 || num_reqs_static > p.num_requests)
+    return bad("num_reqs_static must be -1 or in [0, " + std::to_string(p.num_requests) + "], got " +
+               std::to_string(num_reqs_static));
+  p.num_reqs_static = num_reqs_static;
   p.scale_log2 = scale * kLog2e;
   const int64_t want_o[4] = {p.groups(), num_splits, p.rows(), p.head_dim};
   const int64_t want_ml[4] = {p.groups(), num_splits, p.rows(), 2};
@@ -114,7 +119,8 @@ auto bind_verify_attention(Binding binding) {
       .template Attr<float>("scale")                       // softmax scale (not yet x log2 e)
       .template Attr<int32_t>("window")                    // 0: full attention
       .template Attr<int32_t>("tokens_per_request")        // NQ
-      .template Attr<int32_t>("num_splits");               // segments a group at most
+      .template Attr<int32_t>("num_splits")                // segments a group at most
+      .template Attr<int32_t>("num_reqs_static");          // num_reqs if static, else -1
 }
 
 }  // namespace muse_attn
