@@ -277,6 +277,13 @@ def check_cuda(source: str, arch: str, includes: Sequence[str], defines: Sequenc
 
 _REMARK = re.compile(r"remark:\s+(.*?)\s*\[-Rpass-analysis=kernel-resource-usage\]\s*$")
 
+# -Rpass-analysis=kernel-resource-usage keys (after "[unit]" is stripped) -> KernelUsage fields.
+_HIP_INT_FIELDS = {
+    "SGPRs": "sgprs", "TotalSGPRs": "sgprs", "VGPRs": "vgprs", "AGPRs": "agprs",
+    "ScratchSize": "scratch", "Occupancy": "occupancy", "SGPRs Spill": "sgpr_spill",
+    "VGPRs Spill": "vgpr_spill", "LDS Size": "lds",
+}
+
 
 def parse_hip_remarks(text: str) -> List[KernelUsage]:
     kernels: List[KernelUsage] = []
@@ -296,24 +303,10 @@ def parse_hip_remarks(text: str) -> List[KernelUsage]:
             continue
         key = re.sub(r"\s*\[.*?\]$", "", key)  # "ScratchSize [bytes/lane]" -> "ScratchSize"
         cur.raw[key] = val
-        if key in ("SGPRs", "TotalSGPRs"):
-            cur.sgprs = _int(val)
-        elif key == "VGPRs":
-            cur.vgprs = _int(val)
-        elif key == "AGPRs":
-            cur.agprs = _int(val)
-        elif key == "ScratchSize":
-            cur.scratch = _int(val)
+        if key in _HIP_INT_FIELDS:
+            setattr(cur, _HIP_INT_FIELDS[key], _int(val))
         elif key == "Dynamic Stack":
             cur.dynamic_stack = val.lower() == "true"
-        elif key == "Occupancy":
-            cur.occupancy = _int(val)
-        elif key == "SGPRs Spill":
-            cur.sgpr_spill = _int(val)
-        elif key == "VGPRs Spill":
-            cur.vgpr_spill = _int(val)
-        elif key == "LDS Size":
-            cur.lds = _int(val)
     return kernels
 
 
