@@ -1,6 +1,7 @@
-// The split kernel: one CTA per (segment, request, KV head[, block of 64 rows]). It stages the
-// segment's 64-key tiles through shared memory (kv_tile.h; kStages tiles in flight, each tile's
-// block ids loaded a tile earlier), computes S = Q K^T on the matrix units for the group's 64
+// The split kernel: one CTA per (segment, request, KV head[, block of 64 rows]). It stages its
+// 64 query rows (first, in a copy group of their own) and the segment's 64-key tiles through
+// shared memory (kv_tile.h; kStages tiles in flight, each tile's block ids loaded a tile
+// earlier), computes S = Q K^T on the matrix units for the group's 64
 // query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
 // runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
 // O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
