@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the GPU *compile* checks need (no GPU): run as root, idempotent, quiet.
-#   HIP gfx942: clang-19 + lld-19 + llvm-19 (llvm-dis/llvm-as) and Debian's HIP headers and
+#   HIP gfx942: clang-19 + lld-19 + llvm-19 (llvm-dis/llvm-as), libclang-rt-19-dev (CMake's HIP
+#               language wants its builtins: test_rocm_handler_builds) and Debian's HIP headers and
 #               device libraries. The missing oclc_isa_version_942.bc (and _950) is generated on
 #               demand by jax_muse_attn/tools/gpu_compile_check.py into
 #               ${XDG_CACHE_HOME:-~/.cache}/jax_muse_attn/amdgcn-bitcode (a real ROCm needs none).
@@ -9,7 +10,7 @@
 # Set MUSE_SKIP_ZIG=1 to leave out ziglang (gfx950 is then reported as skipped).
 set -euo pipefail
 
-APT_PKGS=(clang-19 lld-19 llvm-19 clang-tools-19 libamdhip64-dev rocm-device-libs)
+APT_PKGS=(clang-19 lld-19 llvm-19 clang-tools-19 libclang-rt-19-dev libamdhip64-dev rocm-device-libs)
 ZIG_SPEC="ziglang==0.17.1"
 PYTHON="${PYTHON:-python3}"
 

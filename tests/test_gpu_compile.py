@@ -6,7 +6,9 @@ each test skips, with the reason, only when its compiler is absent.
 
 import glob
 import os
+import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -251,3 +253,32 @@ def test_latency_probe_builds(tmp_path):
                         os.path.join(ROOT, "benchmarks", "latency_probe.cu")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_rocm_handler_builds(tmp_path, hip_chains):
+    """The CMake project builds the ROCm handler (ffi/gpu/hip.cmake: CMake's HIP language) and
+    the module registers it as "ROCM": with the distro clang-19 + Debian HIP toolchain of
+    .ci/install_gpu_compilers.sh, for gfx942, the CUDA handler off (one GPU vendor a build)."""
+    chain = next((c for c in hip_chains if c.kind == "distro"), None)
+    if chain is None:
+        pytest.skip("no distro clang-19 HIP toolchain: run .ci/install_gpu_compilers.sh")
+    build = tmp_path / "build"
+    configure = ["cmake", "-S", os.path.join(ROOT, "ffi"), "-B", str(build),
+                 f"-DPython_EXECUTABLE={sys.executable}", "-DMUSE_ATTN_CUDA=OFF",
+                 "-DMUSE_ATTN_HIP=ON", f"-DCMAKE_HIP_COMPILER={chain.cmd[0]}",
+                 "-DCMAKE_HIP_ARCHITECTURES=gfx942",
+                 f"-DCMAKE_HIP_FLAGS={' '.join(chain.flags('gfx942'))}"]
+    if shutil.which("ninja"):
+        configure += ["-G", "Ninja"]
+    r = subprocess.run(configure, capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert "ROCm handler for gfx942" in r.stdout
+    r = subprocess.run(["cmake", "--build", str(build), "-j", "4"], capture_output=True, text=True)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    (so,) = glob.glob(str(build / "_muse_attn*.so"))
+    probe = ("import importlib.util, sys; s = importlib.util.spec_from_file_location('_muse_attn', "
+             "sys.argv[1]); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); "
+             "print(sorted(m.registrations()))")
+    r = subprocess.run([sys.executable, "-c", probe, so], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert r.stdout.strip() == "['ROCM', 'cpu']", r.stdout
