@@ -1,6 +1,7 @@
 // The XLA FFI handlers this extension exports, one per platform. module.cc hands them to
 // Python (registrations()), which registers them under one target name for "cpu", "CUDA" and
-// "ROCM". All take the same operands, results and attributes (see cpu/verify_attention_cpu.cc).
+// "ROCM". All take the same operands, results and attributes (muse_attn/problem.h:
+// bind_verify_attention).
 #ifndef MUSE_ATTN_HANDLERS_H_
 #define MUSE_ATTN_HANDLERS_H_
 

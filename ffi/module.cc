@@ -1,5 +1,5 @@
 // The Python extension module: registrations() maps an XLA platform name to the capsule of the
-// handler built for it. jax_muse_attn/__init__.py registers each under one target name.
+// handler built for it. jax_muse_attn/_ffi.py registers each under one target name.
 #include <nanobind/nanobind.h>
 
 #include "handlers.h"

@@ -13,8 +13,8 @@ from jax_muse_attn import _ffi, _partitioning, _validate, reference
 BACKENDS = ("auto", "ffi", "reference")
 
 # CTAs a GPU launch aims for, per multiprocessor, when it picks the split count: what the split
-# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 160 registers and
-# 64 KiB, 3; D = 128: 219 registers, 2). More resident warps hide more latency (measured with
+# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 163 registers and
+# 72 KiB, 3; D = 128: 225 registers and 80 KiB, 2). More resident warps hide more latency (measured with
 # benchmarks/kernel_bench.cu: full 128k R=16, 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s).
 _CTAS_PER_SM = {64: 3, 128: 2}
 # Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
@@ -27,7 +27,7 @@ _CPU_SPLITS = 8
 # every segment of a row). They pay while the merge is cheap (up to this many segments a group:
 # one batch of loads a merge lane) or while segments keep this many tiles. Measured on an H200
 # (benchmarks/NOTES.md version 5; kernels alone, best of the split counts tried): full 8k R=2
-# 33 segments 10.4 us vs 64: 11.7; 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=1 66: 14.5 vs
+# 32 segments 10.4 us vs 64: 11.7 (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=1 66: 14.5 vs
 # 198: 15.8; 32k R=2 66: 19.4 vs 99: 21.1; unchanged where it already chose well (SWA, 2k,
 # 128k, R = 8 and 16).
 _CHEAP_MERGE_SPLITS = 32
@@ -122,9 +122,18 @@ def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scal
     return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
 
 
+# The GPU kernels' grid y is (request, KV head) groups: CUDA and HIP allow at most 65535.
+_MAX_GPU_GROUPS = 65535
+
+
 def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num_splits, platform,
                 num_reqs_static):
     s = shapes  # global, or one shard's when partitioned
+    if platform != "cpu" and s.groups > _MAX_GPU_GROUPS:
+        raise ValueError(
+            f"verify_attention: requests x KV heads on one device = {s.num_requests} x "
+            f"{s.num_kv_heads} = {s.groups}, more than the GPU kernels' grid allows "
+            f"({_MAX_GPU_GROUPS}); call it on fewer requests at a time or shard the heads")
     splits = num_splits if num_splits is not None else default_num_splits(s, platform)
     q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
     out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,

@@ -19,6 +19,7 @@
 #              kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)
+#   sass       SASS of the split and merge kernels to $OUT/sass_*.txt (SASS_FLAGS: nvcc flags)
 #   latency    benchmarks/latency_probe.cu: one thread's dependent load / copy / atomic latencies
 #   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the

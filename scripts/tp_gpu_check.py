@@ -11,7 +11,7 @@ and checks:
   * the compiled HLO has no all-gather / all-to-all / collective-permute / all-reduce /
     reduce-scatter, and the custom call sees 16 query heads per device;
   * the sharded output is bitwise equal to the unsharded ffi call with the same num_splits, and
-    within the SPEC tolerance of the unsharded jnp reference;
+    within the spec's tolerance (README.md, Semantics) of the unsharded jnp reference;
 and times the sharded call against one shard's share (16/2 heads) on each GPU alone (the
 sharded run ends when its slowest GPU does): per call,
 (t_chain - t_1) / (chain - 1) from chains of 1 and `--chain` dependent calls inside one jit

@@ -3,7 +3,7 @@
 make_case() builds one verify-attention problem the way vLLM hands it over: a paged cache with
 shuffled block ids, block-table entries outside each request's live range holding stale garbage
 (out of range, negative, huge, or ids of poisoned blocks), and, with poison=True, NaN / +-Inf in
-every cache slot that SPEC.md says must never be read. Padding requests (>= num_reqs) get
+every cache slot that the spec (README.md, Semantics) says must never be read. Padding requests (>= num_reqs) get
 garbage seq_lens and block-table rows that point at poisoned blocks.
 """
 
@@ -179,7 +179,7 @@ def poison_slots(rng, kv, bad_slots):
 
 
 def assert_close(out, ref, *, q_shape=None, what=""):
-    """SPEC acceptance: bf16, q's shape, no NaN, |out - ref| <= 1e-2 + 2e-2 |ref|, and rows
+    """The spec's acceptance: bf16, q's shape, no NaN, |out - ref| <= 1e-2 + 2e-2 |ref|, and rows
     with no key (the oracle's all-zero rows) exactly zero."""
     if q_shape is not None:
         assert tuple(out.shape) == tuple(q_shape), f"{what}: shape {out.shape} != {q_shape}"

@@ -1,6 +1,6 @@
-"""An independent float64 numpy oracle of verify attention (SPEC.md "Output").
+"""An independent float64 numpy oracle of verify attention (the spec's "Output"; README.md, Semantics).
 
-Written from the SPEC only, key by key: for request r < num_reqs, KV head g and token t, the
+Written from the spec only, key by key: for request r < num_reqs, KV head g and token t, the
 keys lo(t) <= k <= qpos(t) are looked up one by one through the block table; a key whose block
 id is outside [0, num_blocks) is absent. Only the cache slots of present keys are indexed, so
 garbage (NaN / Inf) anywhere else cannot reach the result. Rows with no key are exactly 0.

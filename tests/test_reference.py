@@ -1,4 +1,4 @@
-"""The SPEC's semantics, checked against the float64 oracle for every backend.
+"""The spec's semantics (README.md, Semantics), checked against the float64 oracle for every backend.
 
 The `backend` fixture runs each test on the jnp reference and on this platform's FFI handler
 (the CPU handler here, the CUDA handler on a GPU machine). The first tests check the oracle
@@ -61,7 +61,7 @@ def test_oracle_matches_dense_formula(window):
 
 
 def test_oracle_reads_only_allowed_slots():
-    """Poison everything the SPEC forbids reading: the oracle stays finite and unchanged."""
+    """Poison everything the spec forbids reading: the oracle stays finite and unchanged."""
     rng = np.random.default_rng(3)
     clean = make_case(rng, 4, [70, 5, 130, 17], P=12, window=16, poison=False, Hq=4, Hkv=2)
     ref_clean = clean.oracle()
@@ -128,7 +128,7 @@ def test_short_contexts_q_2d(backend, rng, R):
 
 
 def test_seq_lens_out_of_range_are_clamped(backend, rng):
-    """Over capacity -> 16*P keys; negative -> 0 keys (SPEC: run-time data is clamped)."""
+    """Over capacity -> 16*P keys; negative -> 0 keys (the spec: run-time data is clamped)."""
     cap = PAGE * P_SHORT
     lens = [cap + 1, cap + 16, 1000, INT32_MAX, -1, -8, INT32_MIN, cap,
             cap - 1, 5, -100, cap + 7, 2 * cap, 0, INT32_MAX - 1, -2]

@@ -1,4 +1,4 @@
-"""Trace-time refusals (SPEC "Inputs"): every bad static property gives a TypeError /
+"""Trace-time refusals (the spec's "Inputs"; README.md, Semantics): every bad static property gives a TypeError /
 ValueError naming the argument, eagerly and under jit, for every backend."""
 
 import jax
@@ -176,3 +176,25 @@ def test_valid_edges_are_accepted(backend):
         out = jax_muse_attn.verify_attention(**dict(g, q=jnp.zeros((nq * R, HQ, D), jnp.bfloat16)),
                                              scale=0.125, backend=backend, tokens_per_request=nq)
         assert out.shape == (nq * R, HQ, D)
+
+
+def test_gpu_grid_limit_is_refused_at_trace_time():
+    """R x KV heads above the GPU grid's y limit (65535) is a ValueError while tracing for a GPU
+    platform, not a launch failure (checked with abstract shapes: nothing is allocated)."""
+    from jax_muse_attn import _validate, attention
+
+    R, Hkv, D, NQ = 65536, 1, 64, 8
+    q = jax.ShapeDtypeStruct((NQ * R, Hkv, D), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((4, Hkv, 16, 2 * D), jnp.bfloat16)
+    bt = jax.ShapeDtypeStruct((R, 1), jnp.int32)
+    sl = jax.ShapeDtypeStruct((R,), jnp.int32)
+    nr = jax.ShapeDtypeStruct((), jnp.int32)
+    shapes = _validate.check_inputs(q, kv, bt, sl, scale=0.125, window=None, tokens_per_request=NQ)
+    for platform in ("CUDA", "ROCM"):
+        with pytest.raises(ValueError, match="65535"):
+            jax.eval_shape(lambda *a: attention._ffi_kernel(*a, shapes, 0.125, 2, platform, -1),
+                           q, kv, bt, sl, nr)
+    # the CPU handler has no such limit: the same shapes trace
+    out = jax.eval_shape(lambda *a: attention._ffi_kernel(*a, shapes, 0.125, 2, "cpu", -1),
+                         q, kv, bt, sl, nr)
+    assert out.shape == q.shape

@@ -5,7 +5,7 @@
 //          partials (m, l, o) for the group's NQ * qpk rows (muse_attn/softmax_state.h);
 //   merge: each output row combines its group's segments with the max trick, divides by l
 //          and is rounded to bf16.
-// It reads only the memory SPEC allows: live block-table entries (muse_attn/page_table.h),
+// It reads only the memory the spec allows (README.md, Semantics): live block-table entries (muse_attn/page_table.h),
 // key slots in [key_lo, seq_len) of valid blocks, nothing of a padding request.
 #include <cstdint>
 #include <cstring>

@@ -42,7 +42,8 @@ struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it from static shap
 // Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits
 // when it has none.
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
-// Merge: one thread per (row, 4 d); writes every output row (zeros where nothing was seen).
+// Merge: 8, 16 or 32 threads per (row, 4 d) by the split count; writes every output row (zeros
+// where nothing was seen).
 // A programmatic dependent launch of the split kernel when plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
 

@@ -4,8 +4,9 @@
 //
 // The merge follows the split kernel as a programmatic dependent launch (PDL, NVIDIA sm_90+;
 // its launch and prologue overlap the split kernel) when the split grid is "small": at most one
-// CTA an SM, a latency-bound call. There PDL saved 0.6-1 us on an H200 (SWA R=1, full 2k R=1);
-// on full grids (8k R=4 to 128k) it cost up to ~5 us (benchmarks/NOTES.md versions 4-5).
+// CTA an SM, a latency-bound call. There PDL saved 0.5-0.7 us on an H200 (SWA R=1, full 2k R=1;
+// benchmarks/NOTES.md version 4); on full grids (8k R=4 to 128k) it cost 5-6 us in version 3 and
+// between -1.1 and +2.5 us in version 5's split sweep.
 // MUSE_ATTN_PDL=1 / 0 forces it on / off (benchmarks, tests); read once a process.
 //
 // Tried and measured slower (NOTES.md version 6): 8 warps a CTA splitting every tile's keys in

@@ -32,7 +32,7 @@ MUSE_HD float rescale_weight(float m, float m_new) {
 }
 
 // Running (m, l) of one row; the row's o accumulators live with the caller (a vector, a
-// fragment), scaled by the factor update() returns.
+// fragment), scaled by the factor absorb_max() returns.
 struct SoftmaxState {
   float m;  // running max (-inf: no key seen yet)
   float l;  // running sum of exp2(s - m)
@@ -53,7 +53,8 @@ struct SoftmaxState {
   }
 };
 
-// Merges partial states: call add() for each partial, then out = o_sum * inv_l().
+// Merges partial states once the largest m over them is known: out = sum of weight(m) * o over
+// the partials, times safe_inverse(sum of weight(m) * l).
 struct MergeState {
   float m_max;  // max over the partials' m (-inf when none saw a key)
 
