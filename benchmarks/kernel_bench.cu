@@ -13,7 +13,10 @@
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
 // split CTA started.
-// No output check here: the bench and the tests check the kernels; this only times them.
+// MUSE_KB_CHECK=1 also checks each config's output (benchmarks/kb_check.h: a naive float64
+// attention from the spec, on requests 0, R/2 and R-1) with signed random data instead of the
+// timing data, prints PASS / FAIL and exits 1 on a failure: a quick check of kernel variants
+// (KB_FLAGS) without JAX. Otherwise no output check: the bench and the tests check the kernels.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include <random>
 #include <vector>
 
+#include "../benchmarks/kb_check.h"
 #include "gpu/kernels.h"
 #include "gpu/launch_plan.h"
 #include "gpu/timeline.h"
@@ -50,7 +54,10 @@ int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.defau
   return std::max(1, std::min(s, (max_tiles + k - 1) / k));
 }
 
-void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once, bool poison) {
+bool g_check_failed = false;
+
+void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once, bool poison,
+         bool check) {
   const int pages = (L + kPage - 1) / kPage;
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
@@ -61,6 +68,12 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   std::mt19937 rng(1);
   for (auto& v : h_kv) v = 0x3c00 + (rng() & 0x3ff) - 0x200;  // bf16 around 0.0078..
   for (auto& v : h_q) v = 0x3f00 + (rng() & 0x7f);
+  if (check) {  // signed values of both magnitudes, so that a wrong key or row shows
+    auto bf16_of = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t(u >> 16); };
+    std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
+    for (auto& v : h_kv) v = bf16_of(uni(rng));
+    for (auto& v : h_q) v = bf16_of(uni(rng));
+  }
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
   if (shuffle) std::shuffle(table.begin(), table.end(), rng);
@@ -115,6 +128,23 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     CHECK(muse_attn::gpu::launch_split(p, plan, st));
     CHECK(muse_attn::gpu::launch_merge(p, plan, st));
   };
+  if (check) {  // one call, its output against kb_check.h's reference on a sample of requests
+    both();
+    CHECK(cudaStreamSynchronize(st));
+    std::vector<uint16_t> h_out(h_q.size());
+    CHECK(cudaMemcpy(h_out.data(), out, h_out.size() * 2, cudaMemcpyDeviceToHost));
+    kb_check::Problem cp{R, kNq, kHq, kHkv, kD, pages, window, blocks, nreq, 0.125,
+                         h_kv.data(), h_q.data(), table.data(), lens.data()};
+    std::vector<int> sample = {0, R / 2, R - 1};
+    std::sort(sample.begin(), sample.end());
+    sample.erase(std::unique(sample.begin(), sample.end()), sample.end());
+    const kb_check::Result res = kb_check::check(cp, h_out.data(), sample);
+    std::printf("check %s L=%d R=%d splits=%d%s: %s, %lld of %lld elements out of tolerance, "
+                "max err %.3g\n", window ? "swa" : "full", L, R, splits,
+                poison ? " (poisoned ids, padding)" : "", res.bad ? "FAIL" : "PASS",
+                (long long)res.bad, (long long)res.checked, res.max_err);
+    if (res.bad) g_check_failed = true;
+  }
   if (once) {  // for compute-sanitizer: one call, no timing
     both();
     CHECK(cudaStreamSynchronize(st));
@@ -218,15 +248,16 @@ int main(int argc, char** argv) {
   // block ids in live entries, varied lengths and a padding request.
   const bool once = std::getenv("MUSE_KB_ONCE") != nullptr;
   const bool poison = std::getenv("MUSE_KB_POISON") != nullptr;
+  const bool check = std::getenv("MUSE_KB_CHECK") != nullptr;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   if (argc > 1 && (argc - 1) % 4 == 0) {
     for (int i = 1; i < argc; i += 4)
-      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms, shuffle, once, poison);
-    return 0;
+      run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms, shuffle, once, poison, check);
+    return g_check_failed ? 1 : 0;
   }
   const int grid[][3] = {{32768, 1, 2048}, {32768, 16, 2048}, {2048, 1, 0}, {8192, 4, 0},
                          {32768, 1, 0},   {32768, 4, 0},     {131072, 4, 0}, {131072, 16, 0}};
-  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms, shuffle, once, poison);
-  return 0;
+  for (auto& c : grid) run(c[0], c[1], c[2], 0, sms, shuffle, once, poison, check);
+  return g_check_failed ? 1 : 0;
 }

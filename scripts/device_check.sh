@@ -16,6 +16,8 @@
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
 #              default: for small split grids); kbagain: the same binary again, under whatever
 #              MUSE_ATTN_PDL the caller set (gpu/launch_plan.h);
+#              kbcheck: the same binary with MUSE_KB_CHECK=1 (each config's output against the
+#              naive reference of benchmarks/kb_check.h; exit 1 on a failure);
 #              kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)
@@ -103,6 +105,7 @@ for s in "${steps[@]}"; do
       nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
       TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;
     kbagain) TAIL_LINES=12 run_step kbagain 120 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: again (MUSE_ATTN_* set by the caller)
+    kbcheck) MUSE_KB_CHECK=1 TAIL_LINES=12 run_step kbcheck 180 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: outputs vs benchmarks/kb_check.h
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned
