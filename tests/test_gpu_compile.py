@@ -186,9 +186,10 @@ def _sources():
 
 
 @pytest.mark.parametrize("source", _sources(), ids=lambda s: os.path.basename(s) if s else "none")
-def test_cuda_kernels_sm90(source):
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_100"])  # the README: sm_80 and newer
+def test_cuda_kernels(source, arch):
     _require_nvcc()
-    _assert_clean(gcc.check_cuda(source, "sm_90", INCLUDES, [], [], None), source)
+    _assert_clean(gcc.check_cuda(source, arch, INCLUDES, [], [], None), source)
 
 
 @pytest.mark.parametrize("source", _sources(), ids=lambda s: os.path.basename(s) if s else "none")
