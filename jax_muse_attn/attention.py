@@ -122,7 +122,8 @@ def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scal
     return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
 
 
-# The GPU kernels' grid y is (request, KV head) groups: CUDA and HIP allow at most 65535.
+# The GPU kernels' grid y is (request, KV head) groups: CUDA and HIP allow at most 65535
+# (ffi/gpu/kernels.h kMaxGroups, which the GPU handler checks again).
 _MAX_GPU_GROUPS = 65535
 
 

@@ -36,6 +36,14 @@ struct VerifyParams {
 };
 
 inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps x 16)
+// (request, KV head) groups a call may have: the kernels' grid y (the CUDA / HIP limit).
+// jax_muse_attn/attention.py refuses more at trace time (_MAX_GPU_GROUPS).
+inline constexpr int kMaxGroups = 65535;
+
+// The split kernel's grid: (segments, groups, row blocks of kMaxRows).
+inline dim3 split_grid(const VerifyParams& p) {
+  return dim3(p.num_splits, p.num_requests * p.num_kv_heads, (p.rows + kMaxRows - 1) / kMaxRows);
+}
 
 struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it from static shapes
 

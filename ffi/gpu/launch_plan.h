@@ -32,10 +32,10 @@ inline bool env_is(const char* name, const char* value) {
   return v != nullptr && std::strcmp(v, value) == 0;
 }
 
-// Split CTAs of the call: (segments, groups, row blocks), as launch_split makes them.
+// Split CTAs of the call (split_grid, as launch_split launches it).
 inline int64_t split_ctas(const VerifyParams& p) {
-  return int64_t{p.num_splits} * p.num_requests * p.num_kv_heads *
-         ((p.rows + kMaxRows - 1) / kMaxRows);
+  const dim3 g = split_grid(p);
+  return int64_t{g.x} * g.y * g.z;
 }
 
 inline LaunchPlan plan_launch(const VerifyParams& p) {

@@ -254,9 +254,7 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
     if (gpuError_t e = set_max_dynamic_shared(split_kernel<D>, smem); e != gpuSuccess) return e;
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
-  const dim3 grid(p.num_splits, p.num_requests * p.num_kv_heads,
-                  (p.rows + kMaxRows - 1) / kMaxRows);
-  split_kernel<D><<<grid, kThreads, smem, stream>>>(p);
+  split_kernel<D><<<split_grid(p), kThreads, smem, stream>>>(p);
   return gpuGetLastError();
 }
 

@@ -37,10 +37,10 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                    part_o->dimensions(), part_ml->dimensions(), scale, window,
                                    tokens, num_splits, num_reqs_static, &pr);
   if (status.failure()) return status;
-  if (pr.groups() > 65535)  // the kernels' grid y (CUDA / HIP limit)
+  if (pr.groups() > kMaxGroups)  // the kernels' grid y
     return ffi::Error::InvalidArgument(
-        "jax_muse_attn verify_attention (GPU): requests x KV heads must be <= 65535, got " +
-        std::to_string(pr.groups()));
+        "jax_muse_attn verify_attention (GPU): requests x KV heads must be <= " +
+        std::to_string(kMaxGroups) + ", got " + std::to_string(pr.groups()));
   if (pr.head_dim != 64 && pr.head_dim != 128)
     return ffi::Error::InvalidArgument(
         "jax_muse_attn verify_attention (GPU): D must be 64 or 128, got " +
