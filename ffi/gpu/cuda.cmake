@@ -4,7 +4,7 @@ if(NOT MUSE_ATTN_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      set(CMAKE_CUDA_ARCHITECTURES 90a)  # sm_90a: the warpgroup MMA (warp_mma.h); H100 / H200 only
     endif()
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)
