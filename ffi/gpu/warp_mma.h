@@ -69,10 +69,10 @@ __device__ __forceinline__ void wgmma_wait_all() {
 }
 
 // d (64 x 64 fp32, the warp's 16 rows as 8 mma.sync C fragments d[4j .. 4j+3]) (+)= a (the warp's
-// 16 rows x 16 k, an mma.sync A fragment) * B (16 x 64 from desc); accumulate = false: d = a * B.
-template <int kTransB>
+// 16 rows x 16 k, an mma.sync A fragment) * B (16 x 64 from desc); kAccumulate = 0: d = a * B.
+template <int kTransB, int kAccumulate>
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4],
-                                                uint64_t desc, bool accumulate) {
+                                                uint64_t desc) {
 #if defined(MUSE_ATTN_WGMMA)
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -85,10 +85,9 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
         "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
         "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(int{accumulate}),
-        "n"(kTransB));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccumulate), "n"(kTransB));
 #else
-  (void)d, (void)a, (void)desc, (void)accumulate;
+  (void)d, (void)a, (void)desc;
 #endif
 }
 
@@ -150,10 +149,13 @@ struct WarpAttention {
   __device__ void scores(const KvTile<D>& tile) {
     if constexpr (kWarpgroupMma) {  // the warpgroup: every warp of the CTA calls this together
       float c[32];            // n-tile j: c[4j .. 4j + 3], as the mma.sync path's c[j]
-      wgmma_fence();          // Q's fragments were written by ordinary instructions
+      // The start-address field moves by 16-byte units: 2 a d-step (32 bytes); it cannot carry
+      // out of its 14 bits (shared memory is < 256 KiB).
+      const uint64_t desc = wgmma_desc_sw128(tile.base, 0);
+      wgmma_fence();  // Q's fragments were written by ordinary instructions
+      wgmma_m64n64k16<0, 0>(c, qa[0], desc);
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk)
-        wgmma_m64n64k16<0>(c, qa[kk], wgmma_desc_sw128(tile.base, 32 * kk), kk > 0);
+      for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(c, qa[kk], desc + 2 * kk);
       wgmma_commit();
       wgmma_wait_all();
 #pragma unroll
@@ -210,10 +212,10 @@ struct WarpAttention {
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
       wgmma_fence();  // P's fragments and the rescaled O were written by ordinary instructions
+      const uint64_t desc = wgmma_desc_sw128(tile.base, kTileKeys * KvTile<D>::kRowBytes);  // V
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)  // keys 16 kk .. 16 kk + 15: 2048 bytes of V a step
-        wgmma_m64n64k16<1>(d, pa[kk], wgmma_desc_sw128(tile.base, kTileKeys * KvTile<D>::kRowBytes + 2048 * kk),
-                           true);
+      for (int kk = 0; kk < 4; ++kk)  // keys 16 kk .. 16 kk + 15: 2048 bytes (128 units) a step
+        wgmma_m64n64k16<1, 1>(d, pa[kk], desc + 128 * kk);
       wgmma_commit();
       wgmma_wait_all();
 #pragma unroll
