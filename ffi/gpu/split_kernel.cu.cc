@@ -213,6 +213,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
       if constexpr (kOverlap) {
         w.scores_issue(tile, s_next);
         w.scores_wait();
+        w.scores_pin(s_next);
       }
     }
     if constexpr (kOverlap) {
@@ -255,6 +256,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
       for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
     }
     w.accumulate(tile);  // (waits for every wgmma in flight, S of tile t + 1 too)
+    if constexpr (kOverlap) w.scores_pin(s_next);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();

@@ -91,6 +91,19 @@ __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (
 #endif
 }
 
+// Pins the 32 registers at this point (an empty asm that reads and writes them), so the compiler
+// neither reads them before the wgmma that writes them has been waited for nor moves them while
+// one is in flight (CUTLASS's warpgroup_fence_operand).
+__device__ __forceinline__ void wgmma_pin(float (&r)[32]) {
+  asm volatile(""
+               : "+f"(r[0]), "+f"(r[1]), "+f"(r[2]), "+f"(r[3]), "+f"(r[4]), "+f"(r[5]),
+                 "+f"(r[6]), "+f"(r[7]), "+f"(r[8]), "+f"(r[9]), "+f"(r[10]), "+f"(r[11]),
+                 "+f"(r[12]), "+f"(r[13]), "+f"(r[14]), "+f"(r[15]), "+f"(r[16]), "+f"(r[17]),
+                 "+f"(r[18]), "+f"(r[19]), "+f"(r[20]), "+f"(r[21]), "+f"(r[22]), "+f"(r[23]),
+                 "+f"(r[24]), "+f"(r[25]), "+f"(r[26]), "+f"(r[27]), "+f"(r[28]), "+f"(r[29]),
+                 "+f"(r[30]), "+f"(r[31])::"memory");
+}
+
 // c += a (16x16, row) * b (16x8, col); bf16 in, fp32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
@@ -125,6 +138,11 @@ struct WarpAttention {
   __device__ explicit WarpAttention(int lane_) : lane(lane_) {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // Q's fragments are loaded inside the tile loop (load_q, first iteration) and kept: defined
+    // here too, or ptxas may treat them as dead around the loop and reuse their registers (it
+    // did on sm_90a: every tile after the first used P as Q).
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) qa[kk][0] = qa[kk][1] = qa[kk][2] = qa[kk][3] = 0u;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk)
       k_off[kk] = KvTile<D>::offset((lane & 7) + 8 * (lane >> 4), 8 * (2 * kk + ((lane >> 3) & 1)));
@@ -158,6 +176,7 @@ struct WarpAttention {
       for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(c, qa[kk], desc + 2 * kk);
       wgmma_commit();
       wgmma_wait_all();
+      wgmma_pin(c);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         s[0][2 * j] = c[4 * j];
@@ -183,6 +202,8 @@ struct WarpAttention {
     wgmma_commit();
   }
   __device__ static void scores_wait() { wgmma_wait_all(); }
+  // After a wait that covered S issued into c (scores_wait, or accumulate()'s).
+  __device__ static void scores_pin(float (&c)[32]) { wgmma_pin(c); }
   __device__ void scores_take(const float (&c)[32]) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -234,6 +255,7 @@ struct WarpAttention {
       for (int n = 0; n < 8; ++n)
 #pragma unroll
         for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
+      wgmma_pin(d);
       wgmma_fence();  // P's fragments and the rescaled O were written by ordinary instructions
       const uint64_t desc = wgmma_desc_sw128(tile.base, kTileKeys * KvTile<D>::kRowBytes);  // V
 #pragma unroll
@@ -241,6 +263,7 @@ struct WarpAttention {
         wgmma_m64n64k16<1, 1>(d, pa[kk], desc + 128 * kk);
       wgmma_commit();
       wgmma_wait_all();
+      wgmma_pin(d);
 #pragma unroll
       for (int n = 0; n < 8; ++n)
 #pragma unroll
