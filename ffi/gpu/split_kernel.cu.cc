@@ -177,16 +177,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
   MUSE_TIMELINE(p, 0, 8);  // token positions and masks' bounds set
 
-  // Overlap (experiment, -DMUSE_ATTN_WGMMA_OVERLAP=1, warpgroup MMA only): S of tile t + 1 is
-  // computed by the tensor cores while the softmax of tile t runs, so tile t + 1 must have landed
-  // one iteration earlier (one stage less of prefetch).
-#if defined(MUSE_ATTN_WGMMA_OVERLAP) && MUSE_ATTN_WGMMA_OVERLAP
-  constexpr bool kOverlap = Warp::kWarpgroupMma && kStages >= 3;
-#else
-  constexpr bool kOverlap = false;
-#endif
-  float s_next[kOverlap ? 32 : 1];  // S of the next tile, written by wgmma in flight
-
   for (int t = t0; t < t1; ++t) {
     const int it = t - t0;
     if constexpr (kPrefetchIds) {
@@ -197,11 +187,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     }
     copy_commit();
     if (it == 0) MUSE_TIMELINE(p, 0, 9);  // about to wait for the first tile
-    if constexpr (kOverlap) {
-      copy_wait<kStages - 2>();  // tiles t and t + 1 landed
-    } else {
-      copy_wait<kStages - 1>();  // tile t landed
-    }
+    copy_wait<kStages - 1>();  // tile t landed
     if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
     if constexpr (Warp::kWarpgroupMma) fence_proxy_async_shared();  // the copies, for its reads
     __syncthreads();
@@ -210,18 +196,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     if (it == 0) {
       MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
       w.load_q(q_tile, 16 * warp);
-      if constexpr (kOverlap) {
-        w.scores_issue(tile, s_next);
-        w.scores_wait();
-        w.scores_pin(s_next);
-      }
     }
-    if constexpr (kOverlap) {
-      w.scores_take(s_next);  // S of tile t: complete (waited for above or in the last accumulate)
-      if (t + 1 < t1) w.scores_issue(tile_at((it + 1) % kStages), s_next);
-    } else {
-      w.scores(tile);
-    }
+    w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
     // Online softmax on raw scores: m is kept scaled (exp2 domain), p = exp2(s * c - m).
@@ -255,8 +231,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
 #pragma unroll
       for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
     }
-    w.accumulate(tile);  // (waits for every wgmma in flight, S of tile t + 1 too)
-    if constexpr (kOverlap) w.scores_pin(s_next);
+    w.accumulate(tile);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();

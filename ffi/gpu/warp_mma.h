@@ -189,31 +189,6 @@ struct WarpAttention {
     }
   }
 
-  // The warpgroup path split in two (MUSE_ATTN_WGMMA_OVERLAP, split_kernel.cu.cc): issue S = Q K^T
-  // of a tile into c without waiting (it runs on the tensor cores while the softmax of the
-  // previous tile runs); c must not be touched until a wait (accumulate() waits for every
-  // outstanding wgmma), then scores_take(c).
-  __device__ void scores_issue(const KvTile<D>& tile, float (&c)[32]) {
-    const uint64_t desc = wgmma_desc_sw128(tile.base, 0);
-    wgmma_fence();
-    wgmma_m64n64k16<0, 0>(c, qa[0], desc);
-#pragma unroll
-    for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(c, qa[kk], desc + 2 * kk);
-    wgmma_commit();
-  }
-  __device__ static void scores_wait() { wgmma_wait_all(); }
-  // After a wait that covered S issued into c (scores_wait, or accumulate()'s).
-  __device__ static void scores_pin(float (&c)[32]) { wgmma_pin(c); }
-  __device__ void scores_take(const float (&c)[32]) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      s[0][2 * j] = c[4 * j];
-      s[0][2 * j + 1] = c[4 * j + 1];
-      s[1][2 * j] = c[4 * j + 2];
-      s[1][2 * j + 1] = c[4 * j + 3];
-    }
-  }
-
   __device__ void scores_mma_sync(const KvTile<D>& tile) {
     float c[8][4];  // n-tile j: keys 8 j .. 8 j + 7
 #pragma unroll
