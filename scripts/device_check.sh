@@ -51,7 +51,7 @@ LOGS=$(mktemp -d)
 build_kernel_bench() {  # out_binary log_name extra_nvcc_flags...: benchmarks/kernel_bench.cu + the kernels
   local out=$1 log=$2
   shift 2
-  nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" "$@" -o "$out" -x cu \
+  nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} -I "$ROOT/ffi" "$@" -o "$out" -x cu \
     "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
     >"$LOGS/$log.log" 2>&1
 }

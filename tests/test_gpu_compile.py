@@ -186,7 +186,7 @@ def _sources():
 
 
 @pytest.mark.parametrize("source", _sources(), ids=lambda s: os.path.basename(s) if s else "none")
-@pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_100"])  # the README: sm_80 and newer
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_80", "sm_100"])  # sm_90a: the warpgroup MMA path; the README: sm_80 and newer
 def test_cuda_kernels(source, arch):
     _require_nvcc()
     _assert_clean(gcc.check_cuda(source, arch, INCLUDES, [], [], None), source)

@@ -4,7 +4,9 @@ if(NOT MUSE_ATTN_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-      set(CMAKE_CUDA_ARCHITECTURES 90)
+      # sm_90a SASS (the warpgroup MMA, warp_mma.h; H100 / H200) and compute_90 PTX, which the
+      # driver compiles for newer GPUs (there the mma.sync path: sm_90a code runs on sm_90 only).
+      set(CMAKE_CUDA_ARCHITECTURES "90a-real;90-virtual")
     endif()
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 17)

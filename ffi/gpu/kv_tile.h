@@ -63,9 +63,10 @@ __device__ __forceinline__ void stage_q_tile(const QTile<D, Rows>& dst, const ui
   constexpr int kChunks = D / 8;  // 16-byte chunks a row
   constexpr int kRowsPerPass = kThreads / kChunks;
   static_assert(kThreads % kChunks == 0 && Rows % kRowsPerPass == 0, "whole rows a pass");
-  const int chunk = tid % kChunks;
+  const int chunk = tid % kChunks, row0 = tid / kChunks;  // tid < kThreads: row0 < kRowsPerPass
 #pragma unroll
-  for (int r = tid / kChunks; r < Rows; r += kRowsPerPass) {
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {  // a constant trip count: unrolled
+    const int r = row0 + pass * kRowsPerPass;
     const bool ok = r < rows;
     copy16(dst.base + KvTile<D>::offset(r, 8 * chunk), q + row_offset(ok ? r : 0) + 8 * chunk, ok);
   }

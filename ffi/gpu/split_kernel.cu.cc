@@ -49,14 +49,37 @@ struct Stages {
 #endif
 };
 
+// NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
+// the warpgroup MMA's shared-memory operands; warp_mma.h).
+constexpr int kSmemAlign = 1024;
 template <int D>
 constexpr int split_smem_bytes() {  // the stages, then the query tile
-  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes;
+#if defined(MUSE_ATTN_CUDA)
+  constexpr int pad = kSmemAlign;
+#else
+  constexpr int pad = 0;
+#endif
+  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
 }
 
+// NVIDIA D = 64: 3 CTAs an SM (the stages' shared memory allows 3), so at most 168 registers.
+// (HIP reads the second bound as waves an execution unit: left at 1 there.)
+#if defined(MUSE_ATTN_CUDA)
 template <int D>
-__global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
-  extern __shared__ __align__(16) char smem[];
+inline constexpr int kMinCtasPerSm = D == 64 ? 3 : 1;
+#else
+template <int D>
+inline constexpr int kMinCtasPerSm = 1;
+#endif
+template <int D>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p) {
+  extern __shared__ __align__(16) char smem_raw[];
+#if defined(MUSE_ATTN_CUDA)
+  char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
+                                  kSmemAlign) % kSmemAlign);
+#else
+  char* const smem = smem_raw;
+#endif
   using Warp = WarpAttention<D>;
   constexpr int kStages = Stages<D>::value;
   constexpr int R = Warp::kRowsPerLane;
@@ -164,15 +187,16 @@ __global__ void __launch_bounds__(kThreads) split_kernel(VerifyParams p) {
     }
     copy_commit();
     if (it == 0) MUSE_TIMELINE(p, 0, 9);  // about to wait for the first tile
-    copy_wait<kStages - 1>();
+    copy_wait<kStages - 1>();  // tile t landed
     if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
+    if constexpr (Warp::kWarpgroupMma) fence_proxy_async_shared();  // the copies, for its reads
     __syncthreads();
+    const int slot = it % kStages;
+    const KvTile<D> tile = tile_at(slot);
     if (it == 0) {
       MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
       w.load_q(q_tile, 16 * warp);
     }
-    const int slot = it % kStages;
-    const KvTile<D> tile = tile_at(slot);
     w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed

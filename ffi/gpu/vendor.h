@@ -165,6 +165,15 @@ __device__ __forceinline__ void copy16(void* smem_dst, const void* gmem_src, boo
 #endif
 }
 
+// Makes this thread's shared-memory writes (st.shared, cp.async) visible to the async proxy
+// (the warpgroup MMA reads its shared-memory operands through it; sm_90); before the barrier
+// that precedes the reads. Elsewhere nothing.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+#if defined(MUSE_ATTN_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ void copy_commit() {
 #if defined(MUSE_ATTN_CUDA)
   asm volatile("cp.async.commit_group;\n" ::: "memory");

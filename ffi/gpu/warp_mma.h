@@ -6,7 +6,10 @@
 //   s[rr][i]  score of the lane's row row_of(rr) and key key_of(i) of the tile,
 //   row_max / row_sum   reductions over the lanes that share a row,
 //   rescale(rr, f) and for_each_out2(...) over the lane's O elements.
-// NVIDIA: mma.sync m16n8k16 bf16 (sm_80+), K and V fragments by ldmatrix (V transposed).
+// NVIDIA: mma.sync m16n8k16 bf16 (sm_80+), K and V fragments by ldmatrix (V transposed); on
+//         sm_90a at D = 64, the warpgroup MMA instead (wgmma m64n64k16, MUSE_ATTN_WGMMA): the
+//         CTA's 4 warps are one warpgroup, its 64 rows the instruction's M; Q and P come from
+//         registers in the same fragment layout, K and V straight from the swizzled tile.
 // AMD:    MFMA bf16, computing S^T = K Q^T and O^T = V^T P^T so that a lane holds one q row and
 //         P^T is already lane-local; 16x16x16 (gfx942) or 16x16x32 (gfx950).
 #ifndef MUSE_ATTN_GPU_WARP_MMA_H_
@@ -32,6 +35,75 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem, 
   }
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MUSE_ATTN_WGMMA 1
+#endif
+
+// Warpgroup MMA (sm_90a; declared for every CUDA pass, used only where MUSE_ATTN_WGMMA). A tile's K and V halves are canonical 128-byte-swizzle layouts for it:
+// rows of 128 bytes (D = 64 bf16), 16-byte chunk c of row r at c ^ (r % 8) (kv_tile.h), 8-row
+// atoms of 1024 bytes, the tile 1024-byte aligned.
+//   K for S = Q K^T: B = K^T, K-major (d contiguous): leading offset unused, stride 1024 bytes
+//     between 8-key groups; the k-step (16 d = 32 bytes) moves the start address.
+//   V for O += P V: B = V, MN-major (d contiguous, transposed): stride 1024 bytes between 8-key
+//     groups; the k-step (16 keys = 2048 bytes) moves the start address.
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(const void* smem, uint32_t byte_offset) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(smem)) + byte_offset;
+  return uint64_t{(a >> 4) & 0x3FFFu} | (uint64_t{1} << 16) |  // leading byte offset (unused)
+         (uint64_t{1024 >> 4} << 32) |                         // stride byte offset
+         (uint64_t{1} << 62);                                  // 128-byte swizzle
+}
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(MUSE_ATTN_WGMMA)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if defined(MUSE_ATTN_WGMMA)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+#if defined(MUSE_ATTN_WGMMA)
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+
+// d (64 x 64 fp32, the warp's 16 rows as 8 mma.sync C fragments d[4j .. 4j+3]) (+)= a (the warp's
+// 16 rows x 16 k, an mma.sync A fragment) * B (16 x 64 from desc); kAccumulate = 0: d = a * B.
+template <int kTransB, int kAccumulate>
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4],
+                                                uint64_t desc) {
+#if defined(MUSE_ATTN_WGMMA)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(kAccumulate), "n"(kTransB));
+#else
+  (void)d, (void)a, (void)desc;
+#endif
+}
+
+// Pins the 32 registers at this point (an empty asm that reads and writes them), so the compiler
+// neither reads them before the wgmma that writes them has been waited for nor moves them while
+// one is in flight (CUTLASS's warpgroup_fence_operand).
+__device__ __forceinline__ void wgmma_pin(float (&r)[32]) {
+  asm volatile(""
+               : "+f"(r[0]), "+f"(r[1]), "+f"(r[2]), "+f"(r[3]), "+f"(r[4]), "+f"(r[5]),
+                 "+f"(r[6]), "+f"(r[7]), "+f"(r[8]), "+f"(r[9]), "+f"(r[10]), "+f"(r[11]),
+                 "+f"(r[12]), "+f"(r[13]), "+f"(r[14]), "+f"(r[15]), "+f"(r[16]), "+f"(r[17]),
+                 "+f"(r[18]), "+f"(r[19]), "+f"(r[20]), "+f"(r[21]), "+f"(r[22]), "+f"(r[23]),
+                 "+f"(r[24]), "+f"(r[25]), "+f"(r[26]), "+f"(r[27]), "+f"(r[28]), "+f"(r[29]),
+                 "+f"(r[30]), "+f"(r[31])::"memory");
+}
+
 // c += a (16x16, row) * b (16x8, col); bf16 in, fp32 accumulate.
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1) {
@@ -47,6 +119,11 @@ struct WarpAttention {
   static constexpr int kRowsPerLane = 2;     // rows g and g + 8
   static constexpr int kScoresPerRow = 16;   // 8 n-tiles x 2
   static constexpr int kKSteps = D / 16;
+#if defined(MUSE_ATTN_WGMMA)
+  static constexpr bool kWarpgroupMma = D == 64;  // the tile's rows are 128-byte swizzle atoms
+#else
+  static constexpr bool kWarpgroupMma = false;
+#endif
 
   int lane;
   uint32_t qa[kKSteps][4];  // A fragments of Q (16 rows x D)
@@ -61,6 +138,11 @@ struct WarpAttention {
   __device__ explicit WarpAttention(int lane_) : lane(lane_) {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // Q's fragments are loaded inside the tile loop (load_q, first iteration) and kept: defined
+    // here too, or ptxas may treat them as dead around the loop and reuse their registers (it
+    // did on sm_90a: every tile after the first used P as Q).
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) qa[kk][0] = qa[kk][1] = qa[kk][2] = qa[kk][3] = 0u;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk)
       k_off[kk] = KvTile<D>::offset((lane & 7) + 8 * (lane >> 4), 8 * (2 * kk + ((lane >> 3) & 1)));
@@ -83,6 +165,31 @@ struct WarpAttention {
   }
 
   __device__ void scores(const KvTile<D>& tile) {
+    if constexpr (kWarpgroupMma) {  // the warpgroup: every warp of the CTA calls this together
+      float c[32];            // n-tile j: c[4j .. 4j + 3], as the mma.sync path's c[j]
+      // The start-address field moves by 16-byte units: 2 a d-step (32 bytes); it cannot carry
+      // out of its 14 bits (shared memory is < 256 KiB).
+      const uint64_t desc = wgmma_desc_sw128(tile.base, 0);
+      wgmma_fence();  // Q's fragments were written by ordinary instructions
+      wgmma_m64n64k16<0, 0>(c, qa[0], desc);
+#pragma unroll
+      for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(c, qa[kk], desc + 2 * kk);
+      wgmma_commit();
+      wgmma_wait_all();
+      wgmma_pin(c);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s[0][2 * j] = c[4 * j];
+        s[0][2 * j + 1] = c[4 * j + 1];
+        s[1][2 * j] = c[4 * j + 2];
+        s[1][2 * j + 1] = c[4 * j + 3];
+      }
+    } else {
+      scores_mma_sync(tile);
+    }
+  }
+
+  __device__ void scores_mma_sync(const KvTile<D>& tile) {
     float c[8][4];  // n-tile j: keys 8 j .. 8 j + 7
 #pragma unroll
     for (int j = 0; j < 8; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
@@ -117,6 +224,31 @@ struct WarpAttention {
       pa[kk][2] = pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]);
       pa[kk][3] = pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3]);
     }
+    if constexpr (kWarpgroupMma) {  // the warpgroup: O (the warp's o[n][0..3] = d[4n .. 4n + 3]) += P V
+      float d[32];
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
+      wgmma_pin(d);
+      wgmma_fence();  // P's fragments and the rescaled O were written by ordinary instructions
+      const uint64_t desc = wgmma_desc_sw128(tile.base, kTileKeys * KvTile<D>::kRowBytes);  // V
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)  // keys 16 kk .. 16 kk + 15: 2048 bytes (128 units) a step
+        wgmma_m64n64k16<1, 1>(d, pa[kk], desc + 128 * kk);
+      wgmma_commit();
+      wgmma_wait_all();
+      wgmma_pin(d);
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) o[n][i] = d[4 * n + i];
+    } else {
+      accumulate_mma_sync(tile, pa);
+    }
+  }
+
+  __device__ void accumulate_mma_sync(const KvTile<D>& tile, const uint32_t (&pa)[4][4]) {
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {  // keys 16 kk .. 16 kk + 15
       const uint32_t (&a)[4] = pa[kk];
@@ -182,6 +314,7 @@ __device__ __forceinline__ mfma_c_t mfma_bf16(mfma_words_t a, mfma_words_t b, mf
 
 template <int D>
 struct WarpAttention {
+  static constexpr bool kWarpgroupMma = false;
   static constexpr int kRowsPerLane = 1;    // row lane % 16
   static constexpr int kScoresPerRow = 16;  // keys 16 n + 4 g + i, n, i < 4
   static constexpr int kKSteps = D / kMfmaK;
