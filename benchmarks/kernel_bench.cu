@@ -47,7 +47,8 @@ using muse_attn::gpu::VerifyParams;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.default_num_splits
-  const int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM
+  int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM
+  if (full > 0 && 4 * full < max_tiles && max_tiles < 16 * full) full = 2 * sms / groups;  // _TWO_PER_SM_TILES
   const int worth_it = std::max(32, (max_tiles + 7) / 8);  // _CHEAP_MERGE_SPLITS, _TILES_PER_SEGMENT_PAST_ONE_WAVE
   const int s = std::max(sms / groups, std::min(full, worth_it));
   const int k = muse_attn::kMinTilesPerSegment;

@@ -13,8 +13,8 @@ from jax_muse_attn import _ffi, _partitioning, _validate, reference
 BACKENDS = ("auto", "ffi", "reference")
 
 # CTAs a GPU launch aims for, per multiprocessor, when it picks the split count: what the split
-# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 163 registers and
-# 72 KiB, 3; D = 128: 225 registers and 80 KiB, 2). More resident warps hide more latency (measured with
+# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 144 registers on
+# sm_90a, 163 with mma.sync, and 73 KiB, 3; D = 128: 229 registers and 81 KiB, 2). More resident warps hide more latency (measured with
 # benchmarks/kernel_bench.cu: full 128k R=16, 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s).
 _CTAS_PER_SM = {64: 3, 128: 2}
 # Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
@@ -32,6 +32,15 @@ _CPU_SPLITS = 8
 # 128k, R = 8 and 16).
 _CHEAP_MERGE_SPLITS = 32
 _TILES_PER_SEGMENT_PAST_ONE_WAVE = 8
+# Where every SM holding _CTAS_PER_SM CTAs would cut segments of more than the first and fewer than
+# the second many tiles, 2 CTAs an SM with longer segments are faster: the merge folds fewer
+# segments and each CTA's prologue is paid over more tiles; shorter segments are latency-bound
+# (more CTAs win), longer ones amortise the prologue anyway (3 CTAs hide more latency).
+# Measured on an H200 (benchmarks/NOTES.md version 7; kernels alone, graph): full 8k R=8 16
+# splits 14.8 us vs 24: 16.1; 8k R=16 8: 27.2 vs 12: 28.4; 32k R=4 33: 28.3 vs 49: 29.7; 128k R=1
+# 132: 29.0 vs 198: 30.6; outside the range SWA R=16 12: 11.3 vs 8-9: 12.1, 128k R=4 49: 76.8
+# vs 33: 77.9, 128k R=16 12: 276 vs 8: 289.
+_TWO_PER_SM_TILES = (4, 16)
 
 
 def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
@@ -46,6 +55,9 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         sms = _ffi.multiprocessor_count()
         one_per_sm = sms // ctas_per_split
         full = per_sm * sms // ctas_per_split  # every SM holds per_sm CTAs
+        lo, hi = _TWO_PER_SM_TILES
+        if per_sm > 2 and full > 0 and lo * full < shapes.max_tiles < hi * full:
+            full = 2 * sms // ctas_per_split
         worth_it = max(_CHEAP_MERGE_SPLITS, -(-shapes.max_tiles // _TILES_PER_SEGMENT_PAST_ONE_WAVE))
         target = max(one_per_sm, min(full, worth_it))
     return max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))

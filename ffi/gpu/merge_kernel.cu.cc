@@ -1,6 +1,6 @@
 // The merge: for each output row of each (request, KV head) group, combine the group's
 // segment partials (m, l, o) with the max trick, divide by l and write bf16. SegLanes threads
-// (one warp's lanes, 8 to 32: more when there are more segments, chosen from the static split
+// (one warp's lanes, 1 to 32: more when there are more segments, chosen from the static split
 // count) share one (row, 4 consecutive d): each folds every SegLanes-th segment into a running
 // state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
@@ -23,11 +23,19 @@ namespace {
 
 constexpr int kMergeThreads = 256;
 
-// Lanes that split one row-quad's segments: 4-6 segments a lane at the default split counts, so
-// the loads of a lane are in flight together (8 lanes folding ~21 segments each, one round trip
-// at a time, made the merge of full 32k R=1 take 10 us).
+// Segments a lane loads at a time: all of their loads first, then the folds, so the loads are in
+// flight together (a fold's -inf test between them made each segment a round trip).
+constexpr int kBatch = 8;
+
+// Lanes that split one row-quad's segments: the fewest (a power of 2) that fold the split count
+// in one batch of loads each, so the lanes' prologue and the shuffles that combine them are paid
+// as few times as the latency allows (8 lanes folding 1-2 segments each made the merge of SWA
+// R = 16, 12 splits, take 7.5 us; 8 lanes folding ~21 segments each, one round trip at a time,
+// made the merge of full 32k R = 1 take 10 us).
 constexpr int seg_lanes_for(int num_splits) {
-  return num_splits <= 32 ? 8 : num_splits <= 64 ? 16 : 32;
+  int lanes = 1;
+  while (lanes < 32 && lanes * kBatch < num_splits) lanes *= 2;
+  return lanes;
 }
 
 // Running merge of partial states: (m, l, acc) with acc, l relative to exp2(m).
@@ -73,10 +81,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
 
-  // kBatch segments a lane at a time: all their loads first, then the folds, so the loads are in
-  // flight together (a fold's -inf test between them made each segment a round trip, two with
-  // the o load behind the ml load). Every segment below num_segments wrote its partial.
-  constexpr int kBatch = 4;
+  // kBatch segments a lane at a time (every segment below num_segments wrote its partial).
   Fold f;
   for (int seg0 = sl; seg0 < nseg; seg0 += kBatch * SegLanes) {
     float2 ml[kBatch];
@@ -141,6 +146,9 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
 template <int D>
 gpuError_t launch_merge_lanes(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   switch (seg_lanes_for(p.num_splits)) {
+    case 1: return launch_merge_d<D, 1>(p, plan, stream);
+    case 2: return launch_merge_d<D, 2>(p, plan, stream);
+    case 4: return launch_merge_d<D, 4>(p, plan, stream);
     case 8: return launch_merge_d<D, 8>(p, plan, stream);
     case 16: return launch_merge_d<D, 16>(p, plan, stream);
     default: return launch_merge_d<D, 32>(p, plan, stream);
