@@ -14,7 +14,7 @@
 #   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX; KB_FLAGS: nvcc
 #              flags such as -DMUSE_ATTN_MIN_TILES_PER_SEGMENT=1, KB_ARGS: L R window splits ...); kbpdl / kbnopdl:
 #              the merge always / never a programmatic dependent launch (MUSE_ATTN_PDL=1 / 0;
-#              default: for small split grids); kbagain: the same binary again, under whatever
+#              default: on sm_90+); kbagain: the same binary again, under whatever
 #              MUSE_ATTN_PDL the caller set (gpu/launch_plan.h);
 #              kbcheck: the same binary with MUSE_KB_CHECK=1 (each config's output against the
 #              naive reference of benchmarks/kb_check.h; exit 1 on a failure);

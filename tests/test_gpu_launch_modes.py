@@ -1,8 +1,7 @@
 """Both merge launches of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
 
-By default the merge is a programmatic dependent launch (PDL) only for small split grids (at
-most one CTA an SM), so the rest of the suite sees each launch only where its cases fall. Here
-each is forced on every case of the split-count tests of test_cpu_ffi.py (small and large
+By default the merge is a programmatic dependent launch (PDL) on sm_90+, so the rest of the
+suite sees the plain launch only where PDL is unsupported. Here each is forced on every case of the split-count tests of test_cpu_ffi.py (small and large
 grids, full and SWA, D = 128, padding, poisoned slots). The plan is read once a process, so
 each runs in its own pytest process.
 """

@@ -45,7 +45,7 @@ inline dim3 split_grid(const VerifyParams& p) {
   return dim3(p.num_splits, p.num_requests * p.num_kv_heads, (p.rows + kMaxRows - 1) / kMaxRows);
 }
 
-struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it from static shapes
+struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it on the host (device kind, env)
 
 // Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits
 // when it has none.

@@ -68,7 +68,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.num_splits = pr.num_splits;
   p.num_reqs_static = pr.num_reqs_static;
   p.scale_log2 = pr.scale_log2;
-  const LaunchPlan plan = plan_launch(p);  // static shapes + SM count: the same every call
+  const LaunchPlan plan = plan_launch(p);  // host-side only: the same every call
   if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
   return ffi::Error::Success();
