@@ -7,7 +7,7 @@ prints one table per target and fails when a kernel spills (CUDA spill bytes,
 HIP ScratchSize / VGPR spills / dynamic stack).
 
     python -m jax_muse_attn.tools.gpu_compile_check [--cuda] [--hip]
-        [--arch sm_90 --arch gfx942 --arch gfx950] [--sources F ...]
+        [--arch sm_90a --arch sm_90 --arch gfx942 --arch gfx950] [--sources F ...]
         [--root DIR] [--hip-compiler PATH] [--json PATH] [--strict]
 
 HIP compilers, best first (per arch, the first that can build it wins):
@@ -41,7 +41,7 @@ import sys
 import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
-DEFAULT_CUDA_ARCHS = ("sm_90",)
+DEFAULT_CUDA_ARCHS = ("sm_90a", "sm_90")  # the default build (warpgroup MMA) and the mma.sync path
 DEFAULT_HIP_ARCHS = ("gfx942", "gfx950")
 DISTRO_CLANG_VERSIONS = tuple(range(30, 16, -1))  # clang++-30 ... clang++-17
 DEVICE_LIB_DIRS = (
