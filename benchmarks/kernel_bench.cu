@@ -1,14 +1,14 @@
 // Stand-alone timing of the CUDA kernels, without JAX: the split kernel, the merge and both,
 // each launched N times back to back and as a CUDA graph of N calls (as FlashInfer is timed in
 // the anchors). For kernel work and profilers (ncu runs it where it may not run JAX):
-//   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I ffi -o /tmp/kernel_bench -x cu \
+//   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90a -I ffi -o /tmp/kernel_bench -x cu \
 //        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids
 // (and reads num_reqs from device memory, as a traced num_reqs; otherwise it is static, R);
-// MUSE_ATTN_PDL=1 / 0 launches the merge always / never as a programmatic dependent launch
-// (gpu/launch_plan.h; default: when the split grid has at most one CTA an SM).
+// MUSE_ATTN_PDL=0 launches the merge plainly instead of as a programmatic dependent launch
+// (gpu/launch_plan.h; default: PDL on sm_90+).
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first

@@ -14,8 +14,9 @@ BACKENDS = ("auto", "ffi", "reference")
 
 # CTAs a GPU launch aims for, per multiprocessor, when it picks the split count: what the split
 # kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 144 registers on
-# sm_90a, 163 with mma.sync, and 73 KiB, 3; D = 128: 229 registers and 81 KiB, 2). More resident warps hide more latency (measured with
-# benchmarks/kernel_bench.cu: full 128k R=16, 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s).
+# sm_90a, 161 with mma.sync, and 73 KiB, 3; D = 128: 229 registers and 81 KiB, 2). More
+# resident warps hide more latency (measured with benchmarks/kernel_bench.cu: full 128k R=16,
+# 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s, version 4).
 _CTAS_PER_SM = {64: 3, 128: 2}
 # Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
 _ROWS_PER_CTA = 64
@@ -38,7 +39,7 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 8
 # (more CTAs win), longer ones amortise the prologue anyway (3 CTAs hide more latency).
 # Measured on an H200 (benchmarks/NOTES.md version 7; kernels alone, graph): full 8k R=8 16
 # splits 14.8 us vs 24: 16.1; 8k R=16 8: 27.2 vs 12: 28.4; 32k R=4 33: 28.3 vs 49: 29.7; 128k R=1
-# 132: 29.0 vs 198: 30.6; outside the range SWA R=16 12: 11.3 vs 8-9: 12.1, 128k R=4 49: 76.8
+# 132: 29.0 vs 198: 30.6; outside the range SWA R=16 12: 11.3 vs 9: 12.1, 128k R=4 49: 76.8
 # vs 33: 77.9, 128k R=16 12: 276 vs 8: 289.
 _TWO_PER_SM_TILES = (4, 16)
 

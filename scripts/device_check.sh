@@ -95,10 +95,10 @@ for s in "${steps[@]}"; do
       # shellcheck disable=SC2086
       build_kernel_bench /tmp/kernel_bench_tl kbtl_build -DMUSE_ATTN_TIMELINE ${KB_FLAGS:-}
       TAIL_LINES=100 run_step kbtl 120 /tmp/kernel_bench_tl ${KBTL_ARGS:-} ;;
-    sass)  # SASS of the split and merge kernels (sm_90) to $OUT/sass_*.txt; SASS_FLAGS adds nvcc flags
+    sass)  # SASS of the split and merge kernels (KB_ARCH, default sm_90a) to $OUT/sass_*.txt; SASS_FLAGS adds nvcc flags
       for k in split merge; do
         # shellcheck disable=SC2086
-        nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90 -I "$ROOT/ffi" ${SASS_FLAGS:-} -cubin -o "/tmp/$k.cubin" \
+        nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} -I "$ROOT/ffi" ${SASS_FLAGS:-} -cubin -o "/tmp/$k.cubin" \
           -x cu "$ROOT/ffi/gpu/${k}_kernel.cu.cc" && cuobjdump -sass "/tmp/$k.cubin" >"$OUT/sass_$k.txt"
       done ;;
     latency)  # benchmarks/latency_probe.cu: dependent-load latencies, cold and after a warm-up

@@ -18,7 +18,8 @@ def test_handler_registered_for_this_platform():
     assert _ffi.current_platform() in jax_muse_attn.registered_platforms()
 
 
-@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 64, 10_000])
+# 1 / 12 / 24 / 64 splits: the GPU merge's 1 / 2 / 4 / 8 lanes a row-quad.
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 12, 24, 64, 10_000])
 @pytest.mark.parametrize("window", [None, 2048])
 def test_num_splits_long(rng, num_splits, window):
     c = make_case(rng, 16, LONG_LENS, P=LONG_P, window=window)
@@ -27,8 +28,9 @@ def test_num_splits_long(rng, num_splits, window):
     np.testing.assert_array_equal(bits(out), bits(again))
 
 
-# On a GPU the merge spreads a row's segments over 8 / 16 / 32 lanes by the split count; at
-# D = 128 a row's 32 quads x 32 lanes span 4 merge CTAs.
+# On a GPU the merge spreads a row's segments over 1-32 lanes by the split count (the fewest
+# that load them in one batch of 8 each); at D = 128 a row's 32 quads x 16 lanes (100 splits)
+# span 2 merge CTAs.
 @pytest.mark.parametrize("num_splits", [3, 40, 100])
 def test_num_splits_head_dim_128(rng, num_splits):
     c = make_case(rng, 4, [5000, 9, 2056, 4097], P=LONG_P, D=128, Hq=16, Hkv=2)

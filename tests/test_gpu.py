@@ -130,6 +130,15 @@ def test_split_counts_32k(num_splits):
     check(c, out, [0, 4, 10, 11, 12, 15])
 
 
+# More than 256 segments a group (700 splits of 2064 tiles: 688 segments of 3 tiles): the merge's
+# 32 lanes a row-quad loop over several batches of 8 segments each.
+def test_split_counts_128k_many_segments():
+    L = 128 * 1024
+    c = build(29, L, None, num_reqs=13)
+    out = run(c, **({"num_splits": 700} if BACKEND == "ffi" else {}))
+    check(c, out, _sample(L, None, c["num_reqs"]))
+
+
 def test_traced_num_reqs_long():
     c = build(5, 32 * 1024, 2048, num_reqs=R)
     f = jax.jit(lambda q, kv, bt, sl, n: jax_muse_attn.verify_attention(

@@ -1,8 +1,9 @@
 """Both merge launches of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
 
-By default the merge is a programmatic dependent launch (PDL) on sm_90+, so the rest of the
-suite sees the plain launch only where PDL is unsupported. Here each is forced on every case of the split-count tests of test_cpu_ffi.py (small and large
-grids, full and SWA, D = 128, padding, poisoned slots). The plan is read once a process, so
+By default the merge is a programmatic dependent launch (PDL) on sm_90+ (where the merge was
+compiled for sm_90+), so there the rest of the suite sees only PDL. Here each is forced on every
+case of the split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 128,
+padding, poisoned slots): MUSE_ATTN_PDL=0 for the plain launch, =1 the default again. The plan is read once a process, so
 each runs in its own pytest process.
 """
 

@@ -50,10 +50,15 @@ struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it on the host (dev
 // Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits
 // when it has none.
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
-// Merge: 8, 16 or 32 threads per (row, 4 d) by the split count; writes every output row (zeros
+// Merge: 1 to 32 threads per (row, 4 d) by the split count; writes every output row (zeros
 // where nothing was seen).
 // A programmatic dependent launch of the split kernel when plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
+// Whether the merge code loaded for the current device waits for the split kernel's writes
+// (grid_dependency_wait() compiled for sm_90+): false when the module was built for an older
+// architecture and the driver JIT-compiled its PTX (e.g. CMAKE_CUDA_ARCHITECTURES=80 on an
+// H100), whatever the device supports. A programmatic dependent launch needs it.
+bool merge_waits_for_split();
 
 }  // namespace muse_attn::gpu
 

@@ -5,8 +5,9 @@
 // state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
 // whole output is defined whatever the split wrote. On NVIDIA sm_90+ (unless MUSE_ATTN_PDL=0;
-// launch_plan.h) it is launched as a programmatic dependent of the split kernel (vendor.h): it reads the request geometry while the split kernel finishes, then waits
-// for it before reading the partials.
+// launch_plan.h) it is launched as a programmatic dependent of the split kernel (vendor.h): it
+// reads the request geometry while the split kernel finishes, then waits for it before reading
+// the partials.
 #include <cstdint>
 
 #include "gpu/kernels.h"
@@ -155,6 +156,20 @@ gpuError_t launch_merge_lanes(const VerifyParams& p, const LaunchPlan& plan, gpu
 }
 
 }  // namespace
+
+bool merge_waits_for_split() {
+#if defined(MUSE_ATTN_CUDA)
+  // Every instantiation is built from the same PTX target; one stands for all.
+  cudaFuncAttributes attr = {};
+  if (cudaFuncGetAttributes(&attr, merge_kernel<64, 1>) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next launch's error check
+    return false;
+  }
+  return attr.ptxVersion >= 90;
+#else
+  return false;
+#endif
+}
 
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   return p.head_dim == 64 ? launch_merge_lanes<64>(p, plan, stream)
