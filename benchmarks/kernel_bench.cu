@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../benchmarks/kb_check.h"
+#include "../benchmarks/kb_policy.h"
 #include "gpu/kernels.h"
 #include "gpu/launch_plan.h"
 #include "gpu/timeline.h"
@@ -46,15 +47,6 @@ using muse_attn::gpu::VerifyParams;
 
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
-int default_splits(int groups, int sms, int max_tiles) {  // jax_muse_attn.default_num_splits
-  int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM
-  if (full > 0 && 4 * full < max_tiles && max_tiles < 16 * full) full = 2 * sms / groups;  // _TWO_PER_SM_TILES
-  const int worth_it = std::max(32, (max_tiles + 7) / 8);  // _CHEAP_MERGE_SPLITS, _TILES_PER_SEGMENT_PAST_ONE_WAVE
-  const int s = std::max(sms / groups, std::min(full, worth_it));
-  const int k = muse_attn::kMinTilesPerSegment;
-  return std::max(1, std::min(s, (max_tiles + k - 1) / k));
-}
-
 bool g_check_failed = false;
 
 void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once, bool poison,
@@ -63,7 +55,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
   const int max_tiles = window ? std::min((L + 63) / 64, (window + kNq - 1 + 63) / 64 + 1) : (L + 63) / 64;
-  if (splits <= 0) splits = default_splits(R * kHkv, sms, max_tiles);
+  if (splits <= 0) splits = kb_policy::default_splits(R * kHkv, sms, max_tiles);
   const size_t kv_elems = blocks * kHkv * kPage * 2 * kD;
   std::vector<uint16_t> h_kv(kv_elems), h_q(size_t{kNq} * R * kHq * kD);
   std::mt19937 rng(1);

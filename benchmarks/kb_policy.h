@@ -1,0 +1,27 @@
+// The split count kernel_bench uses when none is given: jax_muse_attn.default_num_splits
+// (jax_muse_attn/attention.py) for D = 64 and one 64-row block a group, written again in C++
+// because kernel_bench runs without Python. tests/test_kb_policy.py compiles this header on the
+// host and checks it against the Python function over a grid of shapes.
+#ifndef MUSE_ATTN_BENCHMARKS_KB_POLICY_H_
+#define MUSE_ATTN_BENCHMARKS_KB_POLICY_H_
+
+#include <algorithm>
+
+#include "muse_attn/geometry.h"
+
+namespace kb_policy {
+
+inline int default_splits(int groups, int sms, int max_tiles) {
+  int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM (_CTAS_PER_SM)
+  if (full > 0 && 4 * full < max_tiles && max_tiles < 16 * full)  // _TWO_PER_SM_TILES
+    full = 2 * sms / groups;
+  // _CHEAP_MERGE_SPLITS, _TILES_PER_SEGMENT_PAST_ONE_WAVE
+  const int worth_it = std::max(32, (max_tiles + 7) / 8);
+  const int s = std::max(sms / groups, std::min(full, worth_it));
+  const int k = muse_attn::kMinTilesPerSegment;
+  return std::max(1, std::min(s, (max_tiles + k - 1) / k));
+}
+
+}  // namespace kb_policy
+
+#endif  // MUSE_ATTN_BENCHMARKS_KB_POLICY_H_

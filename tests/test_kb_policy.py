@@ -1,0 +1,57 @@
+"""benchmarks/kb_policy.h, kernel_bench's copy of the default split count, against
+jax_muse_attn.default_num_splits (D = 64, full attention, 16/2 heads, 8 tokens): compiled with the
+host C++ compiler, both must agree over a grid of requests, SM counts and context lengths, so
+kernel_bench times the split counts the library picks."""
+
+import itertools
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from jax_muse_attn import _validate, attention
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+HARNESS = r"""
+#include <cstdio>
+#include "kb_policy.h"
+int main() {
+  int groups, sms, max_tiles;
+  while (std::scanf("%d %d %d", &groups, &sms, &max_tiles) == 3)
+    std::printf("%d\n", kb_policy::default_splits(groups, sms, max_tiles));
+  return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def policy_bin(tmp_path_factory):
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    d = tmp_path_factory.mktemp("kb_policy")
+    src, exe = d / "harness.cc", d / "harness"
+    src.write_text(HARNESS)
+    subprocess.run([cxx, "-std=c++17", "-O1", "-I", os.path.join(ROOT, "benchmarks"),
+                    "-I", os.path.join(ROOT, "ffi"), "-o", str(exe), str(src)], check=True)
+    return str(exe)
+
+
+def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
+    cases, want = [], []
+    for sms, R, pages in itertools.product(
+            [46, 78, 108, 114, 132, 144, 304], [1, 2, 3, 4, 5, 8, 13, 16, 32, 64],
+            [1, 4, 8, 17, 64, 128, 257, 512, 1000, 2048, 4096, 8192, 16384]):
+        monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda sms=sms: sms)
+        s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
+                             num_blocks=1, pages=pages, window=0, q_rank=3)
+        cases.append(f"{s.groups} {sms} {s.max_tiles}")
+        want.append(attention.default_num_splits(s, "cuda"))
+    got = subprocess.run([policy_bin], input="\n".join(cases) + "\n", capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert len(got) == len(want)
+    bad = [(c, w, int(g)) for c, w, g in zip(cases, want, got) if int(g) != w]
+    assert not bad, f"{len(bad)} of {len(cases)} differ (groups sms max_tiles, python, C++): {bad[:10]}"
+    assert len(set(want)) > 20  # the grid reaches many different split counts
