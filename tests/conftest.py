@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import subprocess
 import sys
 import zlib
 
@@ -28,6 +30,25 @@ import jax_muse_attn  # noqa: E402
 PAGE = 16
 BACKENDS = ("reference", "ffi")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def build_host_harness(tmp_path_factory, name: str, source: str) -> str:
+    """Compiles a small C++ program with the host compiler, with benchmarks/ and ffi/ on its
+    include path (the headers kernel_bench shares with the tests); skips without a compiler."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    d = tmp_path_factory.mktemp(name)
+    src, exe = d / "main.cc", d / name
+    src.write_text(source)
+    r = subprocess.run([cxx, "-O2", "-std=c++17", "-I", os.path.join(REPO_ROOT, "benchmarks"),
+                        "-I", os.path.join(REPO_ROOT, "ffi"), "-o", str(exe), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return str(exe)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -3,16 +3,12 @@ the CUDA kernels against, itself checked here on the CPU: compiled with the host
 into a small harness, it must pass the CPU handler's output of poisoned, padded cases and fail
 an output with one wrong row."""
 
-import os
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import make_case
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import build_host_harness, make_case
 
 HARNESS = r"""
 #include <cstdio>
@@ -55,16 +51,7 @@ int main(int argc, char** argv) {
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    d = tmp_path_factory.mktemp("kb_check")
-    (d / "main.cc").write_text(HARNESS)
-    exe = d / "kb_check"
-    r = subprocess.run([cxx, "-O2", "-std=c++17", "-I", os.path.join(ROOT, "benchmarks"),
-                        "-o", str(exe), str(d / "main.cc")], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return str(exe)
+    return build_host_harness(tmp_path_factory, "kb_check", HARNESS)
 
 
 def _run(harness, tmp_path, c, out):

@@ -4,15 +4,12 @@ host C++ compiler, both must agree over a grid of requests, SM counts and contex
 kernel_bench times the split counts the library picks."""
 
 import itertools
-import os
-import shutil
 import subprocess
 
 import pytest
 
+from conftest import build_host_harness
 from jax_muse_attn import _validate, attention
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HARNESS = r"""
 #include <cstdio>
@@ -28,15 +25,7 @@ int main() {
 
 @pytest.fixture(scope="module")
 def policy_bin(tmp_path_factory):
-    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
-    if cxx is None:
-        pytest.skip("no host C++ compiler")
-    d = tmp_path_factory.mktemp("kb_policy")
-    src, exe = d / "harness.cc", d / "harness"
-    src.write_text(HARNESS)
-    subprocess.run([cxx, "-std=c++17", "-O1", "-I", os.path.join(ROOT, "benchmarks"),
-                    "-I", os.path.join(ROOT, "ffi"), "-o", str(exe), str(src)], check=True)
-    return str(exe)
+    return build_host_harness(tmp_path_factory, "kb_policy", HARNESS)
 
 
 def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):

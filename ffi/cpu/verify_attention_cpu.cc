@@ -139,6 +139,7 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
                  uint16_t* out) {
   const PartialsLayout lay = p.partials();
   const int group = r * p.num_kv_heads + kvh, d_dim = p.head_dim;
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, d_dim};
   std::vector<float> acc(d_dim);
   for (int row = 0; row < p.rows(); ++row) {
     MergeState ms{neg_inf()};
@@ -158,7 +159,6 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
       }
     }
     const float inv = safe_inverse(l_sum);
-    const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, d_dim};
     uint16_t* dst = out + ql.row_offset(r, kvh, row);
     for (int d = 0; d < d_dim; ++d) dst[d] = f32_to_bf16(acc[d] * inv);
   }
