@@ -8,7 +8,8 @@
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids
 // (and reads num_reqs from device memory, as a traced num_reqs; otherwise it is static, R);
 // MUSE_ATTN_PDL=0 launches the merge plainly instead of as a programmatic dependent launch
-// (gpu/launch_plan.h; default: PDL on sm_90+).
+// (gpu/launch_plan.h; default: PDL where the split grid has at most 2 CTAs an SM, sm_90+);
+// MUSE_ATTN_PDL=1 always.
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first

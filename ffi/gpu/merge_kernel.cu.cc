@@ -4,10 +4,10 @@
 // count) share one (row, 4 consecutive d): each folds every SegLanes-th segment into a running
 // state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
-// whole output is defined whatever the split wrote. On NVIDIA sm_90+ (unless MUSE_ATTN_PDL=0;
-// launch_plan.h) it is launched as a programmatic dependent of the split kernel (vendor.h): it
-// reads the request geometry while the split kernel finishes, then waits for it before reading
-// the partials.
+// whole output is defined whatever the split wrote. On NVIDIA sm_90+, where the split grid has
+// at most 2 CTAs an SM (launch_plan.h; MUSE_ATTN_PDL=0 / 1 forces), it is launched as a
+// programmatic dependent of the split kernel (vendor.h): it reads the request geometry while the
+// split kernel finishes, then waits for it before reading the partials.
 #include <cstdint>
 
 #include "gpu/kernels.h"
