@@ -21,6 +21,10 @@
 #              kbsan: racecheck + memcheck on it;
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)
+#   kbab       the kernels alone, A/B in one call: /tmp/kb_base built from $ROOT/.kb_base (another
+#              commit's sources: `rm -rf .kb_base && mkdir .kb_base && git archive REF ffi
+#              benchmarks | tar -x -C .kb_base`, git-ignored, so `carry: [".kb_base"]`) against
+#              /tmp/kernel_bench built from this tree, alternating, two rounds (KB_ARGS: configs)
 #   sass       SASS of the split and merge kernels to $OUT/sass_*.txt (SASS_FLAGS: nvcc flags)
 #   latency    benchmarks/latency_probe.cu: one thread's dependent load / copy / atomic latencies
 #   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
@@ -49,10 +53,10 @@ run_step() {  # name limit_s command...
 LOGS=$(mktemp -d)
 
 build_kernel_bench() {  # out_binary log_name extra_nvcc_flags...: benchmarks/kernel_bench.cu + the kernels
-  local out=$1 log=$2
+  local out=$1 log=$2 src=${KB_SRC:-$ROOT}  # KB_SRC: another source tree (kbab)
   shift 2
-  nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} -I "$ROOT/ffi" "$@" -o "$out" -x cu \
-    "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" \
+  nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} -I "$src/ffi" "$@" -o "$out" -x cu \
+    "$src/benchmarks/kernel_bench.cu" "$src/ffi/gpu/split_kernel.cu.cc" "$src/ffi/gpu/merge_kernel.cu.cc" \
     >"$LOGS/$log.log" 2>&1
 }
 
@@ -104,6 +108,22 @@ for s in "${steps[@]}"; do
     latency)  # benchmarks/latency_probe.cu: dependent-load latencies, cold and after a warm-up
       nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
       TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;
+    kbab)  # base (.kb_base) against this tree, the kernels alone, alternating, two rounds
+      if [[ ! -d "$ROOT/.kb_base/ffi" ]]; then
+        echo "device_check: kbab needs $ROOT/.kb_base (see the header)" >&2
+      else
+        ab_args=${KB_ARGS:-"32768 1 2048 0 32768 16 2048 0 2048 1 0 0 8192 4 0 0 32768 1 0 0 32768 4 0 0 32768 16 0 0 131072 1 0 0 131072 4 0 0 131072 16 0 0"}
+        # shellcheck disable=SC2086
+        build_kernel_bench /tmp/kernel_bench kb_build ${KB_FLAGS:-}
+        # shellcheck disable=SC2086
+        KB_SRC="$ROOT/.kb_base" build_kernel_bench /tmp/kb_base kb_base_build ${KB_FLAGS:-}
+        for round in 1 2; do
+          # shellcheck disable=SC2086
+          TAIL_LINES=12 run_step "kbab_base_$round" 120 /tmp/kb_base $ab_args
+          # shellcheck disable=SC2086
+          TAIL_LINES=12 run_step "kbab_tree_$round" 120 /tmp/kernel_bench $ab_args
+        done
+      fi ;;
     kbagain) TAIL_LINES=12 run_step kbagain 120 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: again (MUSE_ATTN_* set by the caller)
     kbcheck) MUSE_KB_CHECK=1 TAIL_LINES=12 run_step kbcheck 180 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: outputs vs benchmarks/kb_check.h
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
