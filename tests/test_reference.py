@@ -249,7 +249,8 @@ def test_unsharded_tp_view(backend, rng):
     check_case(c, backend)
 
 
-@pytest.mark.parametrize("hq,hkv", [(8, 8), (32, 2), (4, 1)])
+# qpk 1, 16, 4 and also 4 / 3 / 5 with Hkv 3 / 2 / 1 (divisions by counts that are not powers of 2)
+@pytest.mark.parametrize("hq,hkv", [(8, 8), (32, 2), (4, 1), (12, 3), (6, 2), (5, 1)])
 def test_other_head_groupings(backend, rng, hq, hkv):
     c = make_case(rng, 4, [150, 9, 64, 191], P=P_SHORT, Hq=hq, Hkv=hkv)
     check_case(c, backend, what=f"Hq {hq} Hkv {hkv}")

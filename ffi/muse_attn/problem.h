@@ -75,8 +75,8 @@ inline ffi::Error make_problem(ffi::Span<const int64_t> q,
   p.head_dim = static_cast<int>(q[2]);
   p.num_blocks = kv[0];
   p.num_kv_heads = static_cast<int>(kv[1]);
-  if (p.num_kv_heads < 1 || p.num_q_heads % p.num_kv_heads != 0)
-    return bad("q heads " + std::to_string(p.num_q_heads) + " are not a multiple of KV heads " +
+  if (p.num_kv_heads < 1 || p.num_q_heads < 1 || p.num_q_heads % p.num_kv_heads != 0)
+    return bad("q heads " + std::to_string(p.num_q_heads) + " must be a positive multiple of KV heads " +
                std::to_string(p.num_kv_heads));
   p.qpk = p.num_q_heads / p.num_kv_heads;
   if (kv[2] != kPageSize || kv[3] != 2 * q[2])
