@@ -28,9 +28,9 @@ _CPU_SPLITS = 8
 # every segment of a row). They pay while the merge is cheap (up to this many segments a group:
 # one batch of loads a merge lane) or while segments keep this many tiles. Measured on an H200
 # (benchmarks/NOTES.md version 5; kernels alone, best of the split counts tried): full 8k R=2
-# 32 segments 10.4 us vs 64: 11.7 (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=1 66: 14.5 vs
-# 198: 15.8; 32k R=2 66: 19.4 vs 99: 21.1; unchanged where it already chose well (SWA, 2k,
-# 128k, R = 8 and 16).
+# 32 segments 10.4 us vs 64: 11.7 (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9;
+# 32k R=1 66: 14.5 vs 198: 15.8; 32k R=2 66: 19.4 vs 99: 21.1; unchanged where it already chose
+# well (SWA, 2k, 128k, R = 8 and 16).
 _CHEAP_MERGE_SPLITS = 32
 _TILES_PER_SEGMENT_PAST_ONE_WAVE = 8
 # Where every SM holding _CTAS_PER_SM CTAs would cut segments of more than the first and fewer than

@@ -1,10 +1,11 @@
 """Both merge launches of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
 
 By default the merge is a programmatic dependent launch (PDL) on sm_90+ (where the merge was
-compiled for sm_90+), so there the rest of the suite sees only PDL. Here each is forced on every
-case of the split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 128,
-padding, poisoned slots): MUSE_ATTN_PDL=0 for the plain launch, =1 the default again. The plan is read once a process, so
-each runs in its own pytest process.
+compiled for sm_90+) only when the split grid has at most 2 CTAs an SM, so the rest of the
+suite sees each launch only where its cases fall. Here each is forced on every case of the
+split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 128, padding,
+poisoned slots): MUSE_ATTN_PDL=0 for the plain launch, =1 for PDL on every grid. The plan is
+read once a process, so each runs in its own pytest process.
 """
 
 import os
