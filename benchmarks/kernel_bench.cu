@@ -103,6 +103,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = kHkv;
   p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
   p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f;
+  muse_attn::gpu::set_divisors(p);
 
 #if defined(MUSE_ATTN_TIMELINE)
   using muse_attn::gpu::kTimelineEvents;

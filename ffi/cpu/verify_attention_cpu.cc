@@ -54,7 +54,7 @@ void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   const int rows = p.rows(), d_dim = p.head_dim, qpk = p.qpk;
-  const QueryLayout ql{p.tokens, p.num_q_heads, qpk, d_dim};
+  const QueryLayout ql{p.tokens, p.num_q_heads, FastDiv(qpk), d_dim};
   const int32_t* table_row = in.table + r * p.table_row_stride;
 
   std::vector<float> q(rows * d_dim), k(kTileKeys * d_dim), v(kTileKeys * d_dim);
@@ -139,7 +139,7 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
                  uint16_t* out) {
   const PartialsLayout lay = p.partials();
   const int group = r * p.num_kv_heads + kvh, d_dim = p.head_dim;
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, d_dim};
+  const QueryLayout ql{p.tokens, p.num_q_heads, FastDiv(p.qpk), d_dim};
   std::vector<float> acc(d_dim);
   for (int row = 0; row < p.rows(); ++row) {
     MergeState ms{neg_inf()};

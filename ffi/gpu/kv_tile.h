@@ -72,21 +72,28 @@ __device__ __forceinline__ void stage_q_tile(const QTile<D, Rows>& dst, const ui
   }
 }
 
-// Where the keys of one (request, KV head) group live.
+// Where the keys of one (request, KV head) group live. A page's address is one 32 x 32 -> 64-bit
+// multiply-add (page_bytes): the block id is a valid id (< 2^31) and the stride between blocks,
+// Hkv x 2 KiB x D / 64, fits 32 bits because Hkv <= kMaxGroups (the handler checks it).
 template <int D>
 struct KvSource {
-  static constexpr int64_t kPageElems = int64_t{kPageSize} * 2 * D;  // one head's page
-  const uint16_t* head_base;  // kv + kv_head * kPageElems: block b's page is head_base + b * stride
-  int64_t block_stride;       // elements between blocks: Hkv * kPageElems
+  static constexpr int kPageBytes = kPageSize * 2 * D * 2;  // one head's page: 16 slots of [K | V]
+  const char* head_base;      // kv + kv_head * kPageBytes: block b's page is head_base + b * stride
+  uint32_t block_stride;      // bytes between blocks: Hkv * kPageBytes
   const int32_t* table_row;   // block_table[r]
   LivePages live;             // which entries may be read, which ids are valid
 
   __device__ KvSource(const uint16_t* kv, int num_kv_heads, int kv_head, const int32_t* row,
                       const RequestGeometry& g, int64_t num_blocks)
-      : head_base(kv + kv_head * kPageElems),
-        block_stride(num_kv_heads * kPageElems),
+      : head_base(reinterpret_cast<const char*>(kv) + static_cast<int64_t>(kv_head) * kPageBytes),
+        block_stride(static_cast<uint32_t>(num_kv_heads) * kPageBytes),
         table_row(row),
         live(LivePages::of(g, num_blocks)) {}
+
+  // `base` (head_base or a byte address relative to it) moved to block `block` (>= 0).
+  __device__ const char* page_bytes(int32_t block, const char* base) const {
+    return base + static_cast<uint64_t>(static_cast<uint32_t>(block)) * block_stride;
+  }
 };
 
 // The block-table entries of one tile's 4 pages as stored (-1 where the page is stale: its
@@ -146,7 +153,8 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
   const int col = 8 * (is_v ? chunk - KvTile<D>::kChunksPerRow : chunk);  // first d
   const int half = is_v ? kTileKeys * KvTile<D>::kRowBytes : 0;  // bytes to the K or V half
   const int key0 = tid / kChunksPerKey;  // the thread's key in the tile at pass 0
-  const int src_off = key0 * (2 * D) + chunk * 8;  // elements from the page's start, pass 0
+  // The thread's chunk of a page at pass 0, as a byte address relative to block 0's page.
+  const char* const base = src.head_base + (key0 * (2 * D) + chunk * 8) * 2;
   const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
   const int hi = g.seq_len - tile * kTileKeys;
   // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
@@ -161,13 +169,13 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
     int32_t block = pages.block[0];
 #pragma unroll
     for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
-    const uint16_t* page_start = src.head_base + (block < 0 ? 0 : block) * src.block_stride + src_off;
+    const char* page_start = src.page_bytes(block < 0 ? 0 : block, base);
 #pragma unroll
     for (int jj = 0; jj < kPassesPerPage; ++jj) {
       const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
       const bool present = block >= 0 && key >= lo && key < hi;
       copy16(dst.base + half + KvTile<D>::offset(key, col),
-             page_start + jj * kKeysPerPass * (2 * D), present);
+             page_start + jj * kKeysPerPass * (2 * D) * 2, present);
     }
   }
 }

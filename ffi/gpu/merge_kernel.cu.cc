@@ -67,16 +67,16 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
   const int sl = threadIdx.x % SegLanes;
   const int group = blockIdx.y;
   const bool row_ok = row < p.rows;  // no early return: the lanes shuffle below
-  const int req = group / p.num_kv_heads;
-  const int kvh = group % p.num_kv_heads;
+  const int req = group / p.kv_heads_div;
+  const int kvh = group - req * p.num_kv_heads;
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   const int raw_len = req < real ? p.seq_lens[req] : 0;
   const RequestGeometry g =
-      request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
+      request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.splits_div);
   const PartialsLayout lay{p.num_splits, p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
   // Where the row goes: worked out before the wait.
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk_div, D};
   uint16_t* dst = p.out + ql.row_offset(req, kvh, row_ok ? row : 0) + 4 * dq;
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
@@ -172,6 +172,7 @@ bool merge_waits_for_split() {
 }
 
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+  if (!divisors_match(p)) return gpuErrorInvalidValue;  // set_divisors() was not called
   return p.head_dim == 64 ? launch_merge_lanes<64>(p, plan, stream)
                           : launch_merge_lanes<128>(p, plan, stream);
 }

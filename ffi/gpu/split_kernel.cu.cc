@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   MUSE_TIMELINE_CLOCK(timeline_clock0);
   const int seg = blockIdx.x;
   const int group = blockIdx.y;
-  const int req = group / p.num_kv_heads;
-  const int kvh = group % p.num_kv_heads;
+  const int req = group / p.kv_heads_div;
+  const int kvh = group - req * p.num_kv_heads;
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (req >= real) return;  // padding: nothing read, the merge writes zero rows
   const int raw_len = p.seq_lens[req];  // in flight while Q's copies are issued
@@ -103,17 +103,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   // Q first, in its own copy group (the request is real; Q does not depend on seq_lens): on
   // NVIDIA its copies fly while seq_lens and the block ids are read. Rows past the group's are
   // zero-filled.
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk_div, D};
   const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes};
   stage_q_tile<D, kMaxRows, kThreads>(q_tile, p.q, min_i(p.rows - block_row0, kMaxRows),
                                       [&](int r) { return ql.row_offset(req, kvh, block_row0 + r); }, tid);
   copy_commit();
   // Query row -> token, without branches (rows past the group's are clamped: their scores are
   // never written).
-  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
+  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk_div; };
   Warp w(lane);
   const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
-                                             p.num_splits);
+                                             p.splits_div);
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
@@ -285,6 +285,7 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 }  // namespace
 
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+  if (!divisors_match(p)) return gpuErrorInvalidValue;  // set_divisors() was not called
   (void)plan;  // the split kernel is launched the same way in every plan
   return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }

@@ -20,6 +20,7 @@ namespace muse_attn::gpu {
 using gpuStream_t = hipStream_t;
 using gpuError_t = hipError_t;
 inline constexpr gpuError_t gpuSuccess = hipSuccess;
+inline constexpr gpuError_t gpuErrorInvalidValue = hipErrorInvalidValue;
 inline const char* gpuGetErrorString(gpuError_t e) { return hipGetErrorString(e); }
 inline gpuError_t gpuGetLastError() { return hipGetLastError(); }
 inline constexpr int kWarpSize = 64;  // a wavefront on CDNA
@@ -28,6 +29,7 @@ inline constexpr int kWarpSize = 64;  // a wavefront on CDNA
 using gpuStream_t = cudaStream_t;
 using gpuError_t = cudaError_t;
 inline constexpr gpuError_t gpuSuccess = cudaSuccess;
+inline constexpr gpuError_t gpuErrorInvalidValue = cudaErrorInvalidValue;
 inline const char* gpuGetErrorString(gpuError_t e) { return cudaGetErrorString(e); }
 inline gpuError_t gpuGetLastError() { return cudaGetLastError(); }
 inline constexpr int kWarpSize = 32;

@@ -37,10 +37,11 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                    part_o->dimensions(), part_ml->dimensions(), scale, window,
                                    tokens, num_splits, num_reqs_static, &pr);
   if (status.failure()) return status;
-  if (pr.groups() > kMaxGroups)  // the kernels' grid y
+  if (pr.groups() > kMaxGroups || pr.num_kv_heads > kMaxGroups)  // grid y; 32-bit page strides
     return ffi::Error::InvalidArgument(
-        "jax_muse_attn verify_attention (GPU): requests x KV heads must be <= " +
-        std::to_string(kMaxGroups) + ", got " + std::to_string(pr.groups()));
+        "jax_muse_attn verify_attention (GPU): requests x KV heads and KV heads must be <= " +
+        std::to_string(kMaxGroups) + ", got " + std::to_string(pr.num_requests) + " x " +
+        std::to_string(pr.num_kv_heads));
   if (pr.head_dim != 64 && pr.head_dim != 128)
     return ffi::Error::InvalidArgument(
         "jax_muse_attn verify_attention (GPU): D must be 64 or 128, got " +
@@ -68,6 +69,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.num_splits = pr.num_splits;
   p.num_reqs_static = pr.num_reqs_static;
   p.scale_log2 = pr.scale_log2;
+  set_divisors(p);
   const LaunchPlan plan = plan_launch(p);  // host-side only: the same every call
   if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);

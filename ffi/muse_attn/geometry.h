@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "muse_attn/fast_div.h"
 #include "muse_attn/host_device.h"
 
 namespace muse_attn {
@@ -30,6 +31,7 @@ inline constexpr int kMinTilesPerSegment = 2;
 MUSE_HD int min_i(int a, int b) { return a < b ? a : b; }
 MUSE_HD int max_i(int a, int b) { return a > b ? a : b; }
 MUSE_HD int ceil_div(int a, int b) { return (a + b - 1) / b; }
+MUSE_HD int ceil_div(int a, const FastDiv& b) { return (a + b.divisor() - 1) / b; }
 
 // Requests that are real (the rest are padding: nothing of theirs is read). num_reqs_static: the
 // count when it was known at trace time (>= 0; then *num_reqs is not read), else -1 and the
@@ -52,10 +54,11 @@ struct RequestGeometry {
 
 // raw_seq_len: seq_lens[r] as found in device memory (any int32). capacity: 16 * (block-table
 // width), the most keys a block-table row can address. window: 0 for full attention, else the
-// sliding window (>= 1). num_splits: segments a group is cut into at most (>= 1). A padding
-// request (r >= num_reqs) is passed raw_seq_len = 0.
+// sliding window (>= 1). num_splits: segments a group is cut into at most (>= 1; an int, or a
+// FastDiv on the GPU). A padding request (r >= num_reqs) is passed raw_seq_len = 0.
+template <typename Splits>
 MUSE_HD RequestGeometry request_geometry(int raw_seq_len, int capacity, int num_tokens,
-                                         int window, int num_splits) {
+                                         int window, Splits num_splits) {
   RequestGeometry g;
   g.seq_len = min_i(max_i(raw_seq_len, 0), capacity);
   g.ctx = g.seq_len - num_tokens;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "muse_attn/fast_div.h"
 #include "muse_attn/host_device.h"
 
 namespace muse_attn {
@@ -34,11 +35,13 @@ struct PartialsLayout {
 // head-in-group, and token t of request r is row NQ * r + t of q.
 struct QueryLayout {
   int tokens;  // NQ
-  int num_q_heads, qpk, head_dim;
+  int num_q_heads;
+  FastDiv qpk;  // q heads a KV head (a multiply-shift: row / qpk on every row)
+  int head_dim;
 
-  // Element offset of (request req, KV head kv_head, group row row), d = 0.
+  // Element offset of (request req, KV head kv_head, group row row >= 0), d = 0.
   MUSE_HD int64_t row_offset(int req, int kv_head, int row) const {
-    const int tok = row / qpk, head = kv_head * qpk + (row - tok * qpk);
+    const int tok = row / qpk, head = kv_head * qpk.divisor() + (row - tok * qpk.divisor());
     return ((static_cast<int64_t>(tokens) * req + tok) * num_q_heads + head) * head_dim;
   }
 };
