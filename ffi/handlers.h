@@ -15,4 +15,14 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionRocm);
 #endif
 
+// The device clock for benchmarks (cpu/device_clock_cpu.cc, gpu/device_clock_gpu.cc): operand
+// any array (ordering only), result uint32[2], the clock in ns (low, high).
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseDeviceClockCpu);
+#if defined(MUSE_ATTN_WITH_CUDA)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseDeviceClockCuda);
+#endif
+#if defined(MUSE_ATTN_WITH_HIP)
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseDeviceClockRocm);
+#endif
+
 #endif  // MUSE_ATTN_HANDLERS_H_

@@ -1,5 +1,6 @@
 // The Python extension module: registrations() maps an XLA platform name to the capsule of the
 // handler built for it. jax_muse_attn/_ffi.py registers each under one target name.
+// clock_registrations(): the same for the benchmarks' device clock (jax_muse_attn_device_clock).
 #include <nanobind/nanobind.h>
 
 #include "handlers.h"
@@ -27,6 +28,17 @@ NB_MODULE(_muse_attn, m) {
 #endif
 #if defined(MUSE_ATTN_WITH_HIP)
     d["ROCM"] = encapsulate_handler(MuseVerifyAttentionRocm);
+#endif
+    return d;
+  });
+  m.def("clock_registrations", []() {
+    nb::dict d;
+    d["cpu"] = encapsulate_handler(MuseDeviceClockCpu);
+#if defined(MUSE_ATTN_WITH_CUDA)
+    d["CUDA"] = encapsulate_handler(MuseDeviceClockCuda);
+#endif
+#if defined(MUSE_ATTN_WITH_HIP)
+    d["ROCM"] = encapsulate_handler(MuseDeviceClockRocm);
 #endif
     return d;
   });

@@ -7,9 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 
 TARGET_NAME = "jax_muse_attn_verify_attention"
+# The benchmarks' device clock (ffi/gpu/device_clock_gpu.cc, ffi/cpu/device_clock_cpu.cc).
+CLOCK_TARGET_NAME = "jax_muse_attn_device_clock"
 
 # XLA platform name (as registered) -> handler capsule; empty when the extension is missing.
 REGISTERED: dict[str, object] = {}
+CLOCK_REGISTERED: dict[str, object] = {}  # the same for the device clock
 IMPORT_ERROR: Exception | None = None
 
 
@@ -23,6 +26,9 @@ def _register() -> None:
     for platform, capsule in _muse_attn.registrations().items():
         jax.ffi.register_ffi_target(TARGET_NAME, capsule, platform=platform)
         REGISTERED[platform] = capsule
+    for platform, capsule in _muse_attn.clock_registrations().items():
+        jax.ffi.register_ffi_target(CLOCK_TARGET_NAME, capsule, platform=platform)
+        CLOCK_REGISTERED[platform] = capsule
 
 
 _register()
@@ -49,6 +55,28 @@ def multiprocessor_count(default: int = 132) -> int:
         return int(getattr(jax.devices()[0], "core_count", default) or default)
     except Exception:  # pragma: no cover
         return default
+
+
+def device_clock(after):
+    """The device's clock in ns when the computation reaches this point: a uint32[2] array (low,
+    high; clock_ns() joins them on the host) read after `after` was computed (any array; not
+    read). On a GPU a one-thread kernel reads the GPU's clock (NVIDIA %globaltimer, AMD
+    wall_clock64), on the CPU the host's steady clock. For benchmarks: time a chain of calls on the
+    device between two reads (the first read's result must feed the chain, see order_after)."""
+    return jax.ffi.ffi_call(CLOCK_TARGET_NAME, jax.ShapeDtypeStruct((2,), jnp.uint32))(after)
+
+
+def order_after(x, clock):
+    """x, made to depend on a device_clock() result, so that whatever consumes it runs after the
+    clock read: an elementwise select that never takes its other branch (the clock's high word is
+    far below 2^32 - 1). An optimization barrier would not do: it orders nothing on the device."""
+    return jnp.where(clock[1] == jnp.uint32(0xFFFFFFFF), jnp.zeros_like(x), x)
+
+
+def clock_ns(clock) -> int:
+    """The ns value of a device_clock() result, on the host."""
+    lo, hi = (int(v) for v in np.asarray(clock, dtype=np.uint32))
+    return (hi << 32) | lo
 
 
 def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, num_splits: int,

@@ -23,8 +23,20 @@ def test_bench_smoke(tmp_path):
         assert row[f"check_{mode}"]["timed_equals_checked"] is True
         assert row[f"ours_{mode}_us"] is not None
         assert out["workers"][mode]["configs"]["full1k-r1"]["ours"]["n"] >= 2
+        # The device-clock column (the CPU handler of the clock here, the GPU's on a GPU).
+        assert out["workers"][mode]["device_clock"] is True
+        dev = out["workers"][mode]["configs"]["full1k-r1"]["ours_device"]
+        assert dev["n"] >= 2 and len(dev["dN_s"]) == 2 and min(dev["dN_s"]) > 0
+        assert row[f"ours_dev_{mode}_us"] is not None
     assert row["reference_us"] is not None
     assert (tmp_path / "smoke.md").exists()
+    # --render: the same summary and table from the saved raw figures, nothing measured.
+    again = tmp_path / "again"
+    again.mkdir()
+    assert bench.main(["--render", str(tmp_path / "smoke.json"), "--out", str(again)]) == 0
+    redone = json.loads((again / "smoke.json").read_text())
+    assert redone["summary"] == out["summary"] and redone["workers"] == out["workers"]
+    assert (again / "smoke.md").read_text().split("\n")[2:] == (tmp_path / "smoke.md").read_text().split("\n")[2:]
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "smoke.png").stat().st_size > 0
 
@@ -76,3 +88,12 @@ def test_torch_side_matches_jax_side():
         k, v = bench.nhd_caches(kv_t)
         got = bench.torch_reference(q_t, k, v, torch.from_numpy(bt), cfg).numpy()
         np.testing.assert_allclose(got, np.asarray(want.astype(jnp.float32)), atol=1e-2, rtol=2e-2)
+
+
+def test_bench_without_device_clock(tmp_path):
+    rc = bench.main(["--quick", "--configs", "full1k-r1", "--out", str(tmp_path), "--name", "nodev",
+                     "--repeats", "2", "--chain", "3", "--ref-chain", "2", "--cold-chain", "2",
+                     "--no-flashinfer", "--modes", "on", "--no-device-clock"])
+    out = json.loads((tmp_path / "nodev.json").read_text())
+    assert rc == 0 and out["workers"]["on"]["device_clock"] is False
+    assert "ours_device" not in out["workers"]["on"]["configs"]["full1k-r1"]
