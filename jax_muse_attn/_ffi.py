@@ -62,8 +62,10 @@ def device_clock(after):
     high; clock_ns() joins them on the host) read after `after` was computed (any array; not
     read). On a GPU a one-thread kernel reads the GPU's clock (NVIDIA %globaltimer, AMD
     wall_clock64), on the CPU the host's steady clock. For benchmarks: time a chain of calls on the
-    device between two reads (the first read's result must feed the chain, see order_after)."""
-    return jax.ffi.ffi_call(CLOCK_TARGET_NAME, jax.ShapeDtypeStruct((2,), jnp.uint32))(after)
+    device between two reads (the first read's result must feed the chain, see order_after).
+    Side-effecting, so that XLA never merges two reads of the same operand into one."""
+    return jax.ffi.ffi_call(CLOCK_TARGET_NAME, jax.ShapeDtypeStruct((2,), jnp.uint32),
+                            has_side_effect=True)(after)
 
 
 def order_after(x, clock):

@@ -1022,7 +1022,8 @@ def build_parser():
                     "(e.g. 'full128k-*,swa32k-r1'); default all of the grid")
     ap.add_argument("--quick", action="store_true",
                     help="a small grid (GPU: 5 configs; CPU: 2 tiny configs)")
-    ap.add_argument("--out", default=DEFAULT_OUT, help="output folder")
+    ap.add_argument("--out", default=None,
+                    help=f"output folder (default {DEFAULT_OUT}; with --render, the saved run's folder)")
     ap.add_argument("--name", default=None, help="file stem (default from the device kind, e.g. h200)")
     ap.add_argument("--repeats", type=int, default=20, help="timed repeats a measurement (median)")
     ap.add_argument("--modes", default="on,off", help="command-buffer modes to run: on,off")
@@ -1050,11 +1051,12 @@ def build_parser():
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.render:
-        return render(args.render, args.out if args.out != DEFAULT_OUT else None)
+        return render(args.render, args.out)
     if args.worker == "torch":
         return torch_worker(args)
     if args.worker:
         return jax_worker(args)
+    args.out = args.out or DEFAULT_OUT
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.mode_list if m not in MODES]
     if bad or not args.mode_list:

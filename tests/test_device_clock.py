@@ -63,3 +63,34 @@ def test_clock_is_monotonic_across_calls():
 
 def test_clock_ns_joins_the_words():
     assert _ffi.clock_ns(np.array([5, 2], np.uint32)) == (2 << 32) + 5
+
+
+def _depends_on(jaxpr, source, target):
+    """Whether `target` (a var of jaxpr) is computed from `source` (its eqns, transitively)."""
+    reached = {source}
+    for eqn in jaxpr.eqns:
+        if any(type(v).__name__ != "Literal" and v in reached for v in eqn.invars):
+            reached.update(eqn.outvars)
+    return target in reached
+
+
+def test_chain_starts_from_the_first_read():
+    """The chain's first matmul takes its input through order_after from the first clock read (a
+    data dependence, the only ordering a GPU command buffer keeps), and the second read takes the
+    chain's output."""
+    x = jnp.ones((8, 8), jnp.float32)
+    jaxpr = jax.make_jaxpr(_clocked(3))(x).jaxpr
+    inner = next(e for e in jaxpr.eqns if e.primitive.name in ("pjit", "jit")).params["jaxpr"].jaxpr
+    clocks = [e for e in inner.eqns if e.primitive.name == "ffi_call"]
+    dots = [e for e in inner.eqns if e.primitive.name == "dot_general"]
+    assert len(clocks) == 2 and len(dots) == 3
+    assert _depends_on(inner, clocks[0].outvars[0], dots[0].invars[0])
+    assert _depends_on(inner, dots[-1].outvars[0], clocks[1].invars[0])
+
+
+def test_two_reads_of_one_operand_stay_two():
+    """The clock is side-effecting: XLA must not merge two reads of the same array into one."""
+    x = jnp.ones((4,), jnp.float32)
+    f = jax.jit(lambda x: (_ffi.device_clock(x), _ffi.device_clock(x)))
+    assert f.lower(x).compile().as_text().count(_ffi.CLOCK_TARGET_NAME) == 2
+
