@@ -263,14 +263,19 @@ def jax_worker(args):
         jax.block_until_ready(f(*a))
         return time.perf_counter() - t0
 
-    def chain_time(f1, fN, n, a, repeats, warm=2):
+    def paired_per_call(time_1, time_n, n, repeats, warm):
+        # Times a chain of 1 and of n calls alternately (after `warm` untimed pairs): both
+        # samples, and the per-call figures (t_N - t_1) / (N - 1) in us, paired by repeat.
         for _ in range(warm):
-            wall(f1, *a), wall(fN, *a)
-        t1s, tns = [], []
+            time_1(), time_n()
+        s1, sn = [], []
         for _ in range(repeats):
-            t1s.append(wall(f1, *a))
-            tns.append(wall(fN, *a))
-        per = [(b - c) / (n - 1) * 1e6 for b, c in zip(tns, t1s)]
+            s1.append(time_1())
+            sn.append(time_n())
+        return s1, sn, [(b - c) / (n - 1) * 1e6 for b, c in zip(sn, s1)]
+
+    def chain_time(f1, fN, n, a, repeats, warm=2):
+        t1s, tns, per = paired_per_call(lambda: wall(f1, *a), lambda: wall(fN, *a), n, repeats, warm)
         return dict(per_call_us=_median(per), per_call_us_of_medians=(_median(tns) - _median(t1s)) / (n - 1) * 1e6,
                     n=n, t1_s=t1s, tN_s=tns)
 
@@ -295,13 +300,7 @@ def jax_worker(args):
             t0, t1 = g(*a)
             return (_ffi.clock_ns(t1) - _ffi.clock_ns(t0)) * 1e-9
 
-        for _ in range(warm):
-            dev(g1), dev(gn)
-        d1s, dns = [], []
-        for _ in range(repeats):
-            d1s.append(dev(g1))
-            dns.append(dev(gn))
-        per = [(b - c) / (n - 1) * 1e6 for b, c in zip(dns, d1s)]
+        d1s, dns, per = paired_per_call(lambda: dev(g1), lambda: dev(gn), n, repeats, warm)
         return dict(per_call_us=_median(per), n=n, d1_s=d1s, dN_s=dns,
                     how="device clock: (d_N - d_1) / (N - 1), paired by repeat, median")
 
