@@ -16,7 +16,7 @@ inline int default_splits(int groups, int sms, int max_tiles) {
   if (full > 0 && 4 * full < max_tiles && max_tiles < 16 * full)  // _TWO_PER_SM_TILES
     full = 2 * sms / groups;
   // _CHEAP_MERGE_SPLITS, _TILES_PER_SEGMENT_PAST_ONE_WAVE
-  const int worth_it = std::max(32, (max_tiles + 7) / 8);
+  const int worth_it = std::max(32, (max_tiles + 3) / 4);
   const int s = std::max(sms / groups, std::min(full, worth_it));
   const int k = muse_attn::kMinTilesPerSegment;
   return std::max(1, std::min(s, (max_tiles + k - 1) / k));

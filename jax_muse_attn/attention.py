@@ -25,14 +25,15 @@ _MIN_TILES_PER_SEGMENT = 2
 # Segments a group on the CPU handler: enough to exercise the split/merge geometry.
 _CPU_SPLITS = 8
 # Past one CTA an SM, more segments shorten the split kernel but lengthen the merge (it folds
-# every segment of a row). They pay while the merge is cheap (up to this many segments a group:
-# one batch of loads a merge lane) or while segments keep this many tiles. Measured on an H200
-# (benchmarks/NOTES.md version 5; kernels alone, best of the split counts tried): full 8k R=2
-# 32 segments 10.4 us vs 64: 11.7 (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9;
-# 32k R=1 66: 14.5 vs 198: 15.8; 32k R=2 66: 19.4 vs 99: 21.1; unchanged where it already chose
-# well (SWA, 2k, 128k, R = 8 and 16).
+# every segment of a row). They pay while the merge is cheap (up to this many segments a group)
+# or while segments keep this many tiles. Measured on an H200 (benchmarks/NOTES.md version 5;
+# kernels alone, best of the split counts tried): full 8k R=2 32 segments 10.4 us vs 64: 11.7
+# (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=2 66: 19.4 vs 99: 21.1. Since
+# the row-warp merge (version 10) 4 tiles a segment pay where 8 did before: full 32k R=1 132
+# segments 9.3 us vs 66: 11.3 (version 9's merge: 12.0 vs 12.7); the rule now picks 128 there and
+# is unchanged elsewhere on the benchmark grid.
 _CHEAP_MERGE_SPLITS = 32
-_TILES_PER_SEGMENT_PAST_ONE_WAVE = 8
+_TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # Where every SM holding _CTAS_PER_SM CTAs would cut segments of more than the first and fewer than
 # the second many tiles, 2 CTAs an SM with longer segments are faster: the merge folds fewer
 # segments and each CTA's prologue is paid over more tiles; shorter segments are latency-bound

@@ -1,13 +1,24 @@
 // The merge: for each output row of each (request, KV head) group, combine the group's
-// segment partials (m, l, o) with the max trick, divide by l and write bf16. SegLanes threads
-// (one warp's lanes, 1 to 32: more when there are more segments, chosen from the static split
-// count) share one (row, 4 consecutive d): each folds every SegLanes-th segment into a running
-// state (loads of several segments in flight), then the lanes combine by shuffles. Rows that
+// segment partials (m, l, o) with the max trick, divide by l and write bf16.
+//
+// A row is W warps (1 to 8, a power of 2 chosen from the static split count: the fewest that
+// load every segment in one batch, merge_warps_for). Warp w folds segments w, w + W, ...: its
+// lanes hold consecutive d of the row (D / warp-size floats each), so every segment's o row is
+// one coalesced read and its (m, l) one broadcast read; a batch of segments' loads is issued
+// before any of them is folded, and a batch is folded with one rescale (the batch's max first).
+// The W warps' states then meet in shared memory and the row's first warp writes it. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
-// whole output is defined whatever the split wrote. On NVIDIA sm_90+, where the split grid has
-// at most 2 CTAs an SM (launch_plan.h; MUSE_ATTN_PDL=0 / 1 forces), it is launched as a
-// programmatic dependent of the split kernel (vendor.h): it reads the request geometry while the
-// split kernel finishes, then waits for it before reading the partials.
+// whole output is defined whatever the split wrote.
+//
+// (Until version 10 a row's d-quads were the unit, with 1-32 lanes of one warp sharing a quad's
+// segments: each lane's 16-byte reads hit a different segment, half of every 32-byte sector
+// unused, and every quad read its row's (m, l) again; at 132 segments the merge took ~4.5 us,
+// benchmarks/NOTES.md.)
+//
+// On NVIDIA sm_90+, where the split grid has at most 2 CTAs an SM (launch_plan.h;
+// MUSE_ATTN_PDL=0 / 1 forces), it is launched as a programmatic dependent of the split kernel
+// (vendor.h): it reads the request geometry while the split kernel finishes, then waits for it
+// before reading the partials.
 #include <cstdint>
 
 #include "gpu/kernels.h"
@@ -21,52 +32,103 @@
 namespace muse_attn::gpu {
 namespace {
 
-constexpr int kMergeThreads = 256;
+// Warps a row: at most 8, so that a CTA is 256 threads (NVIDIA) and, launched early as a
+// programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread CTAs could
+// not, and made full 32k R = 1 1 us slower).
+inline constexpr int kMaxMergeWarps = 8;
+// Segments a warp loads at a time ((m, l) and its share of o: 4 registers a segment at D = 64
+// on NVIDIA, 6 at D = 128), in chunks of 4 that are skipped whole past the row's segments.
+inline constexpr int kBatch = 16;
+inline constexpr int kChunk = 4;
 
-// Segments a lane loads at a time: all of their loads first, then the folds, so the loads are in
-// flight together (a fold's -inf test between them made each segment a round trip).
-constexpr int kBatch = 8;
-
-// Lanes that split one row-quad's segments: the fewest (a power of 2) that fold the split count
-// in one batch of loads each, so the lanes' prologue and the shuffles that combine them are paid
-// as few times as the latency allows (8 lanes folding 1-2 segments each made the merge of SWA
-// R = 16, 12 splits, take 7.5 us; 8 lanes folding ~21 segments each, one round trip at a time,
-// made the merge of full 32k R = 1 take 10 us).
-constexpr int seg_lanes_for(int num_splits) {
-  int lanes = 1;
-  while (lanes < 32 && lanes * kBatch < num_splits) lanes *= 2;
-  return lanes;
+// Warps that share one row's segments: the fewest (a power of 2, at most kMaxMergeWarps) that
+// load the split count in one batch each (up to 128 segments); past that they loop.
+constexpr int merge_warps_for(int num_splits) {
+  int warps = 1;
+  while (warps < kMaxMergeWarps && warps * kBatch < num_splits) warps *= 2;
+  return warps;
 }
+// Threads a CTA: 256, or one row's W warps when they are more.
+template <int W>
+inline constexpr int kMergeThreads = W * kWarpSize > 256 ? W * kWarpSize : 256;
 
-// Running merge of partial states: (m, l, acc) with acc, l relative to exp2(m).
-struct Fold {
-  float m = neg_inf(), l = 0.0f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-
-  __device__ void add(float m2, float l2, float4 o2) {
-    if (m2 == neg_inf()) return;  // an empty partial weighs nothing (never -inf - -inf)
-    const float m_new = fmaxf(m, m2);
-    const float a = rescale_weight(m, m_new), b = fast_exp2(m2 - m_new);
-    m = m_new;
-    l = l * a + l2 * b;
-    acc = make_float4(acc.x * a + o2.x * b, acc.y * a + o2.y * b, acc.z * a + o2.z * b,
-                      acc.w * a + o2.w * b);
+// The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
+template <int E>
+struct Lane {
+  float v[E];
+  __device__ static Lane load(const float* src) {
+    Lane x;
+    if constexpr (E == 4) {
+      const float4 t = *reinterpret_cast<const float4*>(src);
+      x.v[0] = t.x, x.v[1] = t.y, x.v[2] = t.z, x.v[3] = t.w;
+    } else if constexpr (E == 2) {
+      const float2 t = *reinterpret_cast<const float2*>(src);
+      x.v[0] = t.x, x.v[1] = t.y;
+    } else {
+#pragma unroll
+      for (int e = 0; e < E; ++e) x.v[e] = src[e];
+    }
+    return x;
   }
 };
 
-template <int D, int SegLanes>
-__global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
-  static_assert(SegLanes <= kWarpSize && (SegLanes & (SegLanes - 1)) == 0,
-                "the lanes of a row-quad are one warp's, a power of 2");
-  constexpr int kQuads = D / 4;
+// One warp's running state of a row: (m, l) and its lanes' share of o, relative to exp2(m).
+template <int E>
+struct RowFold {
+  float m = neg_inf(), l = 0.0f;
+  float acc[E] = {};
+
+  // Folds n partials in at once: their max first, then one rescale of the running state and
+  // a weighted sum (empty partials, m = -inf, weigh 0; never -inf - -inf).
+  template <int n>
+  __device__ void add(const float2 (&ml)[n], const Lane<E> (&o)[n]) {
+    float mb = m;
+#pragma unroll
+    for (int b = 0; b < n; ++b) mb = fmaxf(mb, ml[b].x);
+    if (mb == neg_inf()) return;  // nothing seen yet (uniform over the warp: one row)
+    const float a = rescale_weight(m, mb);
+    l *= a;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] *= a;
+#pragma unroll
+    for (int b = 0; b < n; ++b) {
+      const float w = rescale_weight(ml[b].x, mb);
+      l = fmaf(w, ml[b].y, l);
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[e] = fmaf(w, o[b].v[e], acc[e]);
+    }
+    m = mb;
+  }
+};
+
+// E bf16 (from fp32 times inv) to dst, one store.
+template <int E>
+__device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], float inv) {
+  if constexpr (E == 4) {
+    *reinterpret_cast<uint2*>(dst) =
+        make_uint2(pack_bf16x2(x[0] * inv, x[1] * inv), pack_bf16x2(x[2] * inv, x[3] * inv));
+  } else if constexpr (E == 2) {
+    *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(x[0] * inv, x[1] * inv);
+  } else {
+#pragma unroll
+    for (int e = 0; e < E; ++e) dst[e] = static_cast<uint16_t>(pack_bf16x2(x[e] * inv, 0.0f) & 0xFFFFu);
+  }
+}
+
+template <int D, int W>
+__global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p) {
+  static_assert(W >= 1 && W <= kMaxMergeWarps && (W & (W - 1)) == 0, "a power of 2");
+  static_assert(D % kWarpSize == 0, "a lane holds whole floats of the row");
+  constexpr int E = D / kWarpSize;   // floats of the row a lane holds
+  constexpr int B = kBatch;
+  constexpr int kRows = kMergeThreads<W> / (W * kWarpSize);  // rows a CTA
   MUSE_TIMELINE(p, kTimelineMergeBase, 0);
-  // Thread -> (row, quad, segment lane); consecutive threads: segment lanes, then quads.
-  const int64_t index = int64_t{blockIdx.x} * kMergeThreads + threadIdx.x;
-  const int row = static_cast<int>(index / (kQuads * SegLanes));
-  const int dq = static_cast<int>(index / SegLanes % kQuads);
-  const int sl = threadIdx.x % SegLanes;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int wr = warp % W;            // the warp's share of the row's segments
+  const int slot = warp / W;          // the row's slot in the CTA
+  const int row = blockIdx.x * kRows + slot;
   const int group = blockIdx.y;
-  const bool row_ok = row < p.rows;  // no early return: the lanes shuffle below
+  const bool row_ok = row < p.rows;  // no early return: the CTA meets at a barrier below
   const int req = group / p.kv_heads_div;
   const int kvh = group - req * p.num_kv_heads;
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
@@ -75,58 +137,73 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(VerifyParams p) {
       request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.splits_div);
   const PartialsLayout lay{p.num_splits, p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
-  // Where the row goes: worked out before the wait.
+  const int r = row_ok ? row : 0;
+  // Where the row's partials are and where it goes: worked out before the wait.
+  const float* const o_src = p.part_o + lay.o_offset(group, 0, r) + E * lane;
+  const float* const ml_src = p.part_ml + lay.ml_offset(group, 0, r);
+  const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk_div, D};
-  uint16_t* dst = p.out + ql.row_offset(req, kvh, row_ok ? row : 0) + 4 * dq;
+  uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + E * lane;
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
 
-  // kBatch segments a lane at a time (every segment below num_segments wrote its partial).
-  Fold f;
-  for (int seg0 = sl; seg0 < nseg; seg0 += kBatch * SegLanes) {
-    float2 ml[kBatch];
-    float4 o[kBatch];
+  RowFold<E> f;
+#pragma unroll 1  // one batch of loads in flight at a time
+  for (int seg0 = wr; seg0 < nseg; seg0 += B * W) {  // every segment below nseg was written
+    float2 ml[B];
+    Lane<E> o[B];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int seg = seg0 + b * SegLanes;
-      if (seg < nseg) {
-        ml[b] = *reinterpret_cast<const float2*>(p.part_ml + lay.ml_offset(group, seg, row));
-        o[b] = *reinterpret_cast<const float4*>(p.part_o + lay.o_offset(group, seg, row) + 4 * dq);
+    for (int c = 0; c < B; c += kChunk) {
+      if (seg0 + c * W < nseg) {  // the same on every lane (one row a warp): no divergence
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) {  // past nseg: the last segment again, weighed 0
+          const int seg = min_i(seg0 + b * W, nseg - 1);
+          ml[b] = *reinterpret_cast<const float2*>(ml_src + seg * ml_seg);
+          o[b] = Lane<E>::load(o_src + seg * o_seg);
+        }
       } else {
-        ml[b] = make_float2(neg_inf(), 0.0f);
-        o[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) ml[b] = make_float2(neg_inf(), 0.0f), o[b] = Lane<E>{};
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) f.add(ml[b].x, ml[b].y, o[b]);
+    for (int b = 0; b < B; ++b)
+      if (seg0 + b * W >= nseg) ml[b].x = neg_inf();
+    f.add(ml, o);
   }
+  if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
+    __shared__ float2 sh_ml[kRows][W];
+    __shared__ Lane<E> sh_o[kRows][W][kWarpSize];
+    if (lane == 0) sh_ml[slot][wr] = make_float2(f.m, f.l);
 #pragma unroll
-  for (int mask = 1; mask < SegLanes; mask <<= 1) {
-    const float m2 = shfl_xor(f.m, mask), l2 = shfl_xor(f.l, mask);
-    const float4 o2 = make_float4(shfl_xor(f.acc.x, mask), shfl_xor(f.acc.y, mask),
-                                  shfl_xor(f.acc.z, mask), shfl_xor(f.acc.w, mask));
-    f.add(m2, l2, o2);
+    for (int e = 0; e < E; ++e) sh_o[slot][wr][lane].v[e] = f.acc[e];
+    __syncthreads();
+    if (wr != 0) return;
+    float2 ml[W];
+    Lane<E> o[W];
+#pragma unroll
+    for (int w = 0; w < W; ++w) ml[w] = sh_ml[slot][w], o[w] = sh_o[slot][w][lane];
+    f = RowFold<E>{};
+    f.add(ml, o);
   }
   MUSE_TIMELINE(p, kTimelineMergeBase, 2);  // partials folded
-  if (!row_ok || sl != 0) return;
-  const float inv = safe_inverse(f.l);
-  *reinterpret_cast<uint2*>(dst) = make_uint2(pack_bf16x2(f.acc.x * inv, f.acc.y * inv),
-                                              pack_bf16x2(f.acc.z * inv, f.acc.w * inv));
+  if (!row_ok) return;
+  store_bf16<E>(dst, f.acc, safe_inverse(f.l));
   MUSE_TIMELINE(p, kTimelineMergeBase, 3);  // row written (issued)
 }
 
-template <int D, int SegLanes>
+template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  const int64_t threads_per_group = int64_t{p.rows} * (D / 4) * SegLanes;
-  const dim3 grid(static_cast<unsigned>((threads_per_group + kMergeThreads - 1) / kMergeThreads),
-                  p.num_requests * p.num_kv_heads);
+  constexpr int kThreads = kMergeThreads<W>;
+  constexpr int kRows = kThreads / (W * kWarpSize);
+  const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows), p.num_requests * p.num_kv_heads);
 #if defined(MUSE_ATTN_CUDA)
   // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
   // overlap the split kernel instead of following it.
   if (plan.merge_pdl) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
-    cfg.blockDim = dim3(kMergeThreads);
+    cfg.blockDim = dim3(kThreads);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
@@ -134,24 +211,22 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel<D, SegLanes>, p);
+    return cudaLaunchKernelEx(&cfg, merge_kernel<D, W>, p);
   }
 #else
   (void)plan;
 #endif
-  merge_kernel<D, SegLanes><<<grid, kMergeThreads, 0, stream>>>(p);
+  merge_kernel<D, W><<<grid, kThreads, 0, stream>>>(p);
   return gpuGetLastError();
 }
 
 template <int D>
-gpuError_t launch_merge_lanes(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  switch (seg_lanes_for(p.num_splits)) {
+gpuError_t launch_merge_warps(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+  switch (merge_warps_for(p.num_splits)) {
     case 1: return launch_merge_d<D, 1>(p, plan, stream);
     case 2: return launch_merge_d<D, 2>(p, plan, stream);
     case 4: return launch_merge_d<D, 4>(p, plan, stream);
-    case 8: return launch_merge_d<D, 8>(p, plan, stream);
-    case 16: return launch_merge_d<D, 16>(p, plan, stream);
-    default: return launch_merge_d<D, 32>(p, plan, stream);
+    default: return launch_merge_d<D, 8>(p, plan, stream);
   }
 }
 
@@ -173,8 +248,8 @@ bool merge_waits_for_split() {
 
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   if (!divisors_match(p)) return gpuErrorInvalidValue;  // set_divisors() was not called
-  return p.head_dim == 64 ? launch_merge_lanes<64>(p, plan, stream)
-                          : launch_merge_lanes<128>(p, plan, stream);
+  return p.head_dim == 64 ? launch_merge_warps<64>(p, plan, stream)
+                          : launch_merge_warps<128>(p, plan, stream);
 }
 
 }  // namespace muse_attn::gpu
