@@ -66,7 +66,7 @@ struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it on the host (dev
 // Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits
 // when it has none. Both launchers return gpuErrorInvalidValue when !divisors_match(p).
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
-// Merge: 1 to 32 threads per (row, 4 d) by the split count; writes every output row (zeros
+// Merge: 1 to 8 warps a row by the split count (merge_kernel.cu.cc); writes every output row (zeros
 // where nothing was seen).
 // A programmatic dependent launch of the split kernel when plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
