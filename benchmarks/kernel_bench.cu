@@ -100,10 +100,9 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   // As verify_attention with num_reqs=None (static R); poisoned runs read a padded count from nr.
   p.num_reqs_static = poison ? -1 : R;
   p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
-  p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = kHkv;
-  p.qpk = kHq / kHkv; p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
-  p.num_splits = splits; p.scale_log2 = 0.125f * 1.4426950408889634f;
-  muse_attn::gpu::set_divisors(p);
+  p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = muse_attn::FastDiv(kHkv);
+  p.qpk = muse_attn::FastDiv(kHq / kHkv); p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
+  p.num_splits = muse_attn::FastDiv(splits); p.scale_log2 = 0.125f * 1.4426950408889634f;
 
 #if defined(MUSE_ATTN_TIMELINE)
   using muse_attn::gpu::kTimelineEvents;

@@ -25,31 +25,20 @@ struct VerifyParams {
   int64_t table_stride;       // elements between block-table rows
   int num_requests;           // R
   int tokens;                 // NQ
-  int num_q_heads, num_kv_heads, qpk, head_dim;
+  int num_q_heads, head_dim;
+  // The counts the kernels divide by, as multiply-shift divisors (fast_div.h; .divisor() is
+  // the count itself, 1 when left unset).
+  FastDiv num_kv_heads;       // Hkv
+  FastDiv qpk;                // query heads a KV head
+  FastDiv num_splits;         // S
   int rows;                   // NQ * qpk (blocks of kMaxRows)
   int pages;                  // block-table width
   int window;                 // 0: full attention
-  int num_splits;             // S
   float scale_log2;           // scale * log2(e)
-  // num_kv_heads, qpk and num_splits as multiply-shift divisors (fast_div.h), for the kernels'
-  // divisions by them; set_divisors() fills them from the ints above.
-  FastDiv kv_heads_div, qpk_div, splits_div;
 #if defined(MUSE_ATTN_TIMELINE)
   uint64_t* timeline;         // timeline.h stamps (kernel_bench only)
 #endif
 };
-
-// Fills p's divisors from its counts (host side, after the counts are set).
-inline void set_divisors(VerifyParams& p) {
-  p.kv_heads_div = FastDiv(p.num_kv_heads);
-  p.qpk_div = FastDiv(p.qpk);
-  p.splits_div = FastDiv(p.num_splits);
-}
-// Whether they were: the launchers refuse params whose divisors do not match their counts.
-inline bool divisors_match(const VerifyParams& p) {
-  return p.kv_heads_div.divisor() == p.num_kv_heads && p.qpk_div.divisor() == p.qpk &&
-         p.splits_div.divisor() == p.num_splits;
-}
 
 inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps x 16)
 // (request, KV head) groups a call may have: the kernels' grid y (the CUDA / HIP limit).
@@ -58,13 +47,14 @@ inline constexpr int kMaxGroups = 65535;
 
 // The split kernel's grid: (segments, groups, row blocks of kMaxRows).
 inline dim3 split_grid(const VerifyParams& p) {
-  return dim3(p.num_splits, p.num_requests * p.num_kv_heads, (p.rows + kMaxRows - 1) / kMaxRows);
+  return dim3(p.num_splits.divisor(), p.num_requests * p.num_kv_heads.divisor(),
+              (p.rows + kMaxRows - 1) / kMaxRows);
 }
 
 struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it on the host (device kind, env)
 
 // Split: grid (S, R * Hkv, ceil(rows / 64)); every CTA finds its tiles from seq_lens and exits
-// when it has none. Both launchers return gpuErrorInvalidValue when !divisors_match(p).
+// when it has none.
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream);
 // Merge: 1 to 8 warps a row by the split count (merge_kernel.cu.cc); writes every output row (zeros
 // where nothing was seen).

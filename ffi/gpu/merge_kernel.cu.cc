@@ -129,20 +129,20 @@ __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p)
   const int row = blockIdx.x * kRows + slot;
   const int group = blockIdx.y;
   const bool row_ok = row < p.rows;  // no early return: the CTA meets at a barrier below
-  const int req = group / p.kv_heads_div;
-  const int kvh = group - req * p.num_kv_heads;
+  const int req = group / p.num_kv_heads;
+  const int kvh = group - req * p.num_kv_heads.divisor();
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   const int raw_len = req < real ? p.seq_lens[req] : 0;
   const RequestGeometry g =
-      request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.splits_div);
-  const PartialsLayout lay{p.num_splits, p.rows, D};
+      request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
+  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
   const int r = row_ok ? row : 0;
   // Where the row's partials are and where it goes: worked out before the wait.
   const float* const o_src = p.part_o + lay.o_offset(group, 0, r) + E * lane;
   const float* const ml_src = p.part_ml + lay.ml_offset(group, 0, r);
   const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk_div, D};
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + E * lane;
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
@@ -196,7 +196,7 @@ template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   constexpr int kThreads = kMergeThreads<W>;
   constexpr int kRows = kThreads / (W * kWarpSize);
-  const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows), p.num_requests * p.num_kv_heads);
+  const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows), p.num_requests * p.num_kv_heads.divisor());
 #if defined(MUSE_ATTN_CUDA)
   // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
   // overlap the split kernel instead of following it.
@@ -222,7 +222,7 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
 
 template <int D>
 gpuError_t launch_merge_warps(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  switch (merge_warps_for(p.num_splits)) {
+  switch (merge_warps_for(p.num_splits.divisor())) {
     case 1: return launch_merge_d<D, 1>(p, plan, stream);
     case 2: return launch_merge_d<D, 2>(p, plan, stream);
     case 4: return launch_merge_d<D, 4>(p, plan, stream);
@@ -247,7 +247,6 @@ bool merge_waits_for_split() {
 }
 
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  if (!divisors_match(p)) return gpuErrorInvalidValue;  // set_divisors() was not called
   return p.head_dim == 64 ? launch_merge_warps<64>(p, plan, stream)
                           : launch_merge_warps<128>(p, plan, stream);
 }

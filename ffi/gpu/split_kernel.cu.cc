@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   MUSE_TIMELINE_CLOCK(timeline_clock0);
   const int seg = blockIdx.x;
   const int group = blockIdx.y;
-  const int req = group / p.kv_heads_div;
-  const int kvh = group - req * p.num_kv_heads;
+  const int req = group / p.num_kv_heads;
+  const int kvh = group - req * p.num_kv_heads.divisor();
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (req >= real) return;  // padding: nothing read, the merge writes zero rows
   const int raw_len = p.seq_lens[req];  // in flight while Q's copies are issued
@@ -103,17 +103,17 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   // Q first, in its own copy group (the request is real; Q does not depend on seq_lens): on
   // NVIDIA its copies fly while seq_lens and the block ids are read. Rows past the group's are
   // zero-filled.
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk_div, D};
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes};
   stage_q_tile<D, kMaxRows, kThreads>(q_tile, p.q, min_i(p.rows - block_row0, kMaxRows),
                                       [&](int r) { return ql.row_offset(req, kvh, block_row0 + r); }, tid);
   copy_commit();
   // Query row -> token, without branches (rows past the group's are clamped: their scores are
   // never written).
-  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk_div; };
+  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
   Warp w(lane);
   const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
-                                             p.splits_div);
+                                             p.num_splits);
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     return;
   }
   MUSE_TIMELINE(p, 0, 1);  // seq_lens read
-  const KvSource<D> src(p.kv, p.num_kv_heads, kvh, p.table + req * p.table_stride, g, p.num_blocks);
+  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), kvh, p.table + req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
   // present: 4 bits a stage, the present_mask() of the tile staged there (absent pages' keys
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   MUSE_TIMELINE(p, 0, 4);  // tiles done
 
   // Each lane's rows: the addresses once, the stores predicated (no branch a store).
-  const PartialsLayout lay{p.num_splits, p.rows, D};
+  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   bool row_ok[R];
   float* o_row[R];
 #pragma unroll
@@ -285,7 +285,6 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 }  // namespace
 
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  if (!divisors_match(p)) return gpuErrorInvalidValue;  // set_divisors() was not called
   (void)plan;  // the split kernel is launched the same way in every plan
   return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }

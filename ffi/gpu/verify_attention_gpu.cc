@@ -60,16 +60,15 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.num_requests = pr.num_requests;
   p.tokens = pr.tokens;
   p.num_q_heads = pr.num_q_heads;
-  p.num_kv_heads = pr.num_kv_heads;
-  p.qpk = pr.qpk;
+  p.num_kv_heads = FastDiv(pr.num_kv_heads);
+  p.qpk = FastDiv(pr.qpk);
   p.head_dim = pr.head_dim;
   p.rows = pr.rows();
   p.pages = pr.pages;
   p.window = pr.window;
-  p.num_splits = pr.num_splits;
+  p.num_splits = FastDiv(pr.num_splits);
   p.num_reqs_static = pr.num_reqs_static;
   p.scale_log2 = pr.scale_log2;
-  set_divisors(p);
   const LaunchPlan plan = plan_launch(p);  // host-side only: the same every call
   if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
