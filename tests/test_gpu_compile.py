@@ -283,3 +283,43 @@ def test_rocm_handler_builds(tmp_path, hip_chains):
     r = subprocess.run([sys.executable, "-c", probe, so], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     assert r.stdout.strip() == "['ROCM', 'cpu']", r.stdout
+
+
+def _cmake_language_flags(path, language):
+    """The flags ffi/gpu/<vendor>.cmake passes for LANGUAGE (its $<$<COMPILE_LANGUAGE:...>:...>)."""
+    import re
+    text = open(path).read()
+    found = re.findall(r"\$<\$<COMPILE_LANGUAGE:%s>:([^>]*)>" % language, text)
+    assert len(found) == 1, f"{path}: expected one {language} flag list, found {found}"
+    return found[0].split()
+
+
+def test_compile_check_uses_the_build_flags():
+    """The compile check compiles what ships: its flags are the CMake builds' (a change to one
+    without the other fails here)."""
+    cuda = _cmake_language_flags(os.path.join(ROOT, "ffi", "gpu", "cuda.cmake"), "CUDA")
+    hip = _cmake_language_flags(os.path.join(ROOT, "ffi", "gpu", "hip.cmake"), "HIP")
+    assert [f for f in cuda if not f.startswith("-Xptxas")] == list(gcc.CUDA_BUILD_FLAGS)
+    assert hip == list(gcc.HIP_BUILD_FLAGS)
+    assert "-fno-finite-math-only" in hip  # -ffast-math alone deletes the kernels' -inf tests
+
+
+@pytest.mark.parametrize("flags,ok", [(["-ffast-math"], False),
+                                      (["-ffinite-math-only"], False),
+                                      (["-ffast-math", "-fno-finite-math-only"], True),
+                                      ([], True)])
+def test_finite_math_only_is_refused(tmp_path, flags, ok):
+    """The kernels' -inf rules (muse_attn/softmax_state.h) cannot be compiled away silently: a
+    build under -ffinite-math-only stops with the header's #error (the host compiler stands in
+    for clang's HIP device pass, which defines __FINITE_MATH_ONLY__ the same way)."""
+    cxx = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        pytest.skip("no host C++ compiler")
+    src = tmp_path / "t.cc"
+    src.write_text('#include "muse_attn/softmax_state.h"\nint main() { return 0; }\n')
+    r = subprocess.run([cxx, "-std=c++17", *flags, "-I", INCLUDES[0], "-fsyntax-only", str(src)],
+                       capture_output=True, text=True)
+    if ok:
+        assert r.returncode == 0, r.stderr[-2000:]
+    else:
+        assert r.returncode != 0 and "needs infinities" in r.stderr, r.stderr[-2000:]

@@ -23,7 +23,9 @@ if(NOT MUSE_ATTN_HIP STREQUAL "OFF")
     add_library(muse_attn_hip OBJECT ${MUSE_ATTN_HIP_SOURCES})
     target_link_libraries(muse_attn_hip PRIVATE muse_attn_core)
     target_compile_definitions(muse_attn_hip PRIVATE MUSE_ATTN_WITH_HIP)
-    target_compile_options(muse_attn_hip PRIVATE $<$<COMPILE_LANGUAGE:HIP>:-O3 -ffast-math>)
+    # -ffast-math implies -ffinite-math-only, under which clang deletes the kernels' -inf tests
+    # (muse_attn/softmax_state.h refuses to compile so): infinities are kept.
+    target_compile_options(muse_attn_hip PRIVATE $<$<COMPILE_LANGUAGE:HIP>:-O3 -ffast-math -fno-finite-math-only>)
     # The HIP runtime (libamdhip64): the target enable_language(HIP) made (ROCm's hip-lang), else
     # the library wherever it is.
     if(TARGET hip-lang::amdhip64)

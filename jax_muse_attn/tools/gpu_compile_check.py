@@ -43,6 +43,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 DEFAULT_CUDA_ARCHS = ("sm_90a", "sm_90")  # the default build (warpgroup MMA) and the mma.sync path
 DEFAULT_HIP_ARCHS = ("gfx942", "gfx950")
+# The optimisation flags of the real builds (ffi/gpu/cuda.cmake, ffi/gpu/hip.cmake; the tests
+# check they agree), so the tables describe the code that ships: clang's -ffast-math alone would
+# also imply -ffinite-math-only, which muse_attn/softmax_state.h refuses (it deleted the kernels'
+# -inf tests in the HIP build until version 10).
+CUDA_BUILD_FLAGS = ("-O3", "--use_fast_math")
+HIP_BUILD_FLAGS = ("-O3", "-ffast-math", "-fno-finite-math-only")
 DISTRO_CLANG_VERSIONS = tuple(range(30, 16, -1))  # clang++-30 ... clang++-17
 DEVICE_LIB_DIRS = (
     "/usr/lib/x86_64-linux-gnu/amdgcn/bitcode",
@@ -259,7 +265,7 @@ def check_cuda(source: str, arch: str, includes: Sequence[str], defines: Sequenc
     res.compiler = nvcc
     with tempfile.TemporaryDirectory(prefix="muse_cc_") as tmp:
         # -x cu: nvcc would treat *.cu.cc as plain host C++. -cubin: device only, no host compiler.
-        cmd = [nvcc, "-x", "cu", "-std=c++17", f"-arch={arch}", "-cubin", "-Xptxas", "-v",
+        cmd = [nvcc, "-x", "cu", "-std=c++17", f"-arch={arch}", *CUDA_BUILD_FLAGS, "-cubin", "-Xptxas", "-v",
                *[f"-I{i}" for i in includes], *[f"-D{d}" for d in defines], *extra,
                source, "-o", os.path.join(tmp, "out.cubin")]
         res.command = cmd
@@ -583,7 +589,7 @@ def check_hip(source: str, arch: str, includes: Sequence[str], defines: Sequence
         res.compiler = chain.label
         with tempfile.TemporaryDirectory(prefix="muse_hip_") as tmp:
             cmd = [*chain.cmd, "-x", "hip", "-std=c++17", f"--offload-arch={arch}", *flags,
-                   "--cuda-device-only", "--no-gpu-bundle-output", "-c", "-O3",
+                   "--cuda-device-only", "--no-gpu-bundle-output", "-c", *HIP_BUILD_FLAGS,
                    "-Rpass-analysis=kernel-resource-usage",
                    *[f"-I{i}" for i in includes], *[f"-D{d}" for d in defines], *extra,
                    source, "-o", os.path.join(tmp, "out.o")]
