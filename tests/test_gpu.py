@@ -15,7 +15,7 @@ import pytest
 
 import jax_muse_attn
 import oracle
-from conftest import INT32_MAX, INT32_MIN, PAGE, assert_close, bits, live_range
+from conftest import INT32_MAX, INT32_MIN, PAGE, assert_close, bits, live_range, make_case
 
 pytestmark = [
     pytest.mark.gpu,
@@ -130,8 +130,8 @@ def test_split_counts_32k(num_splits):
     check(c, out, [0, 4, 10, 11, 12, 15])
 
 
-# More than 256 segments a group (700 splits of 2064 tiles: 688 segments of 3 tiles): the merge's
-# 32 lanes a row-quad loop over several batches of 8 segments each.
+# More than 128 segments a group (700 splits of 2064 tiles: 688 segments of 3 tiles): the merge's
+# 8 warps a row loop over several batches of 16 segments each.
 def test_split_counts_128k_many_segments():
     L = 128 * 1024
     c = build(29, L, None, num_reqs=13)
@@ -147,3 +147,26 @@ def test_traced_num_reqs_long():
         out = f(c["q"], c["kv"], c["bt"], c["sl"], jnp.int32(n))
         check(dict(c, num_reqs=n), out, list(range(R)))
     assert f._cache_size() == 1
+
+
+# Groups whose rows (tokens x query heads a KV head) are not a multiple of the rows a merge CTA
+# holds (8 at one warp a row, fewer at 2-8 warps), so the last merge CTA has slots past the
+# group's rows; every merge width (1-8 warps a row, one batch or several), D 64 and 128, short
+# requests (tokens with qpos < 0) and padding (from a review of the row-warp merge, version 10).
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("Hq,Hkv,NQ", [(6, 2, 3), (5, 1, 5)], ids=["rows9", "rows25"])
+@pytest.mark.parametrize("window", [None, 100], ids=["full", "swa100"])
+def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
+    rng = np.random.default_rng(D + Hq + NQ + (window or 0))
+    c = make_case(rng, 6, [40000, 2, 0, 5000, 1, 129], P=2600, D=D, Hq=Hq, Hkv=Hkv, NQ=NQ,
+                  window=window, num_reqs=5)
+    ref = c.oracle()
+    for splits in [1, 16, 17, 33, 65, 129, 300]:
+        out = c.run(BACKEND, **({"num_splits": splits} if BACKEND == "ffi" else {}))
+        what = f"D={D} Hq={Hq} Hkv={Hkv} NQ={NQ} window={window} splits={splits}"
+        assert_close(out, ref, q_shape=c.q.shape, what=what)
+        o = np.asarray(out).astype(np.float32)
+        assert np.isfinite(o).all(), what
+        assert not o[5 * NQ:].any(), f"padding rows not zero: {what}"
+        np.testing.assert_array_equal(bits(c.run(BACKEND, **({"num_splits": splits} if BACKEND == "ffi" else {}))),
+                                      bits(out))
