@@ -32,9 +32,9 @@
 namespace muse_attn::gpu {
 namespace {
 
-// Warps a row: at most 8, so that a CTA is 256 threads (NVIDIA) and, launched early as a
+// Warps a row: at most 8, so that on NVIDIA a CTA is 256 threads and, launched early as a
 // programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread CTAs could
-// not, and made full 32k R = 1 1 us slower).
+// not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512 threads.
 inline constexpr int kMaxMergeWarps = 8;
 // Segments a warp loads at a time ((m, l) and its share of o: 4 registers a segment at D = 64
 // on NVIDIA, 6 at D = 128), in chunks of 4 that are skipped whole past the row's segments.
