@@ -30,13 +30,7 @@ ffi::Error device_clock_gpu(gpuStream_t stream,
 }  // namespace
 }  // namespace muse_attn::gpu
 
-#if defined(MUSE_ATTN_HIP)
-#define MUSE_CLOCK_HANDLER_SYMBOL MuseDeviceClockRocm
-#else
-#define MUSE_CLOCK_HANDLER_SYMBOL MuseDeviceClockCuda
-#endif
-
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MUSE_CLOCK_HANDLER_SYMBOL, muse_attn::gpu::device_clock_gpu,
+XLA_FFI_DEFINE_HANDLER_SYMBOL(MUSE_GPU_HANDLER_SYMBOL(MuseDeviceClock), muse_attn::gpu::device_clock_gpu,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<muse_attn::gpu::gpuStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()

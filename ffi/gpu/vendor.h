@@ -25,6 +25,8 @@ inline const char* gpuGetErrorString(gpuError_t e) { return hipGetErrorString(e)
 inline gpuError_t gpuGetLastError() { return hipGetLastError(); }
 inline constexpr int kWarpSize = 64;  // a wavefront on CDNA
 #define MUSE_GPU_PLATFORM_NAME "ROCM"
+// The exported name of a GPU handler: Base + the vendor (handlers.h declares both).
+#define MUSE_GPU_HANDLER_SYMBOL(base) base##Rocm
 #else
 using gpuStream_t = cudaStream_t;
 using gpuError_t = cudaError_t;
@@ -34,6 +36,7 @@ inline const char* gpuGetErrorString(gpuError_t e) { return cudaGetErrorString(e
 inline gpuError_t gpuGetLastError() { return cudaGetLastError(); }
 inline constexpr int kWarpSize = 32;
 #define MUSE_GPU_PLATFORM_NAME "CUDA"
+#define MUSE_GPU_HANDLER_SYMBOL(base) base##Cuda
 #endif
 
 // Raises the dynamic shared-memory (LDS) limit of a kernel on the current device; host side.

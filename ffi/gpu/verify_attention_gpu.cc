@@ -78,14 +78,8 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
 }  // namespace
 }  // namespace muse_attn::gpu
 
-#if defined(MUSE_ATTN_HIP)
-#define MUSE_GPU_HANDLER_SYMBOL MuseVerifyAttentionRocm
-#else
-#define MUSE_GPU_HANDLER_SYMBOL MuseVerifyAttentionCuda
-#endif
-
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
-    MUSE_GPU_HANDLER_SYMBOL, muse_attn::gpu::verify_attention_gpu,
+    MUSE_GPU_HANDLER_SYMBOL(MuseVerifyAttention), muse_attn::gpu::verify_attention_gpu,
     muse_attn::bind_verify_attention(
         xla::ffi::Ffi::Bind().Ctx<xla::ffi::PlatformStream<muse_attn::gpu::gpuStream_t>>()),
     {xla::ffi::Traits::kCmdBufferCompatible});
