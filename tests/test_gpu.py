@@ -162,11 +162,11 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
                   window=window, num_reqs=5)
     ref = c.oracle()
     for splits in [1, 16, 17, 33, 65, 129, 300]:
-        out = c.run(BACKEND, **({"num_splits": splits} if BACKEND == "ffi" else {}))
+        kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+        out = c.run(BACKEND, **kw)
         what = f"D={D} Hq={Hq} Hkv={Hkv} NQ={NQ} window={window} splits={splits}"
         assert_close(out, ref, q_shape=c.q.shape, what=what)
         o = np.asarray(out).astype(np.float32)
         assert np.isfinite(o).all(), what
         assert not o[5 * NQ:].any(), f"padding rows not zero: {what}"
-        np.testing.assert_array_equal(bits(c.run(BACKEND, **({"num_splits": splits} if BACKEND == "ffi" else {}))),
-                                      bits(out))
+        np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
