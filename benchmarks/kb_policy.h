@@ -15,11 +15,14 @@ inline int default_splits(int groups, int sms, int max_tiles) {
   int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM (_CTAS_PER_SM)
   if (full > 0 && 4 * full < max_tiles && max_tiles < 16 * full)  // _TWO_PER_SM_TILES
     full = 2 * sms / groups;
-  // _CHEAP_MERGE_SPLITS, _TILES_PER_SEGMENT_PAST_ONE_WAVE
-  const int worth_it = std::max(32, (max_tiles + 3) / 4);
+  // _CHEAP_MERGE_SPLITS, two CTAs an SM, _TILES_PER_SEGMENT_PAST_ONE_WAVE
+  const int worth_it = std::max({32, 2 * sms / groups, (max_tiles + 3) / 4});
   const int s = std::max(sms / groups, std::min(full, worth_it));
   const int k = muse_attn::kMinTilesPerSegment;
-  return std::max(1, std::min(s, (max_tiles + k - 1) / k));
+  const int target = std::max(1, std::min(s, (max_tiles + k - 1) / k));
+  if (max_tiles <= 0) return target;
+  const int tiles_per_segment = (max_tiles + target - 1) / target;  // as many splits as segments
+  return (max_tiles + tiles_per_segment - 1) / tiles_per_segment;
 }
 
 }  // namespace kb_policy

@@ -31,7 +31,10 @@ _CPU_SPLITS = 8
 # (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=2 66: 19.4 vs 99: 21.1. Since
 # the row-warp merge (version 10) 4 tiles a segment pay where 8 did before: full 32k R=1 132
 # segments 9.3 us vs 66: 11.3 (version 9's merge: 12.0 vs 12.7); the rule now picks 128 there and
-# is unchanged elsewhere on the benchmark grid.
+# is unchanged elsewhere on the benchmark grid. Filling 2 CTAs an SM pays too, whatever the
+# segments' length (version 11, kernels alone, graph): full 8k R=2 66 splits (2 tiles a segment,
+# 2 CTAs an SM) 7.53 us vs 33 (4 tiles, 1 an SM): 8.11; 8k R=1 64: 6.06 vs 128: 6.93; 8k R=4
+# 32: 9.54 vs 48 (3 an SM): 11.0.
 _CHEAP_MERGE_SPLITS = 32
 _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # Where every SM holding _CTAS_PER_SM CTAs would cut segments of more than the first and fewer than
@@ -60,9 +63,18 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         lo, hi = _TWO_PER_SM_TILES
         if per_sm > 2 and full > 0 and lo * full < shapes.max_tiles < hi * full:
             full = 2 * sms // ctas_per_split
-        worth_it = max(_CHEAP_MERGE_SPLITS, -(-shapes.max_tiles // _TILES_PER_SEGMENT_PAST_ONE_WAVE))
+        two_per_sm = 2 * sms // ctas_per_split
+        worth_it = max(_CHEAP_MERGE_SPLITS, two_per_sm,
+                       -(-shapes.max_tiles // _TILES_PER_SEGMENT_PAST_ONE_WAVE))
         target = max(one_per_sm, min(full, worth_it))
-    return max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))
+    target = max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))
+    if shapes.max_tiles <= 0:
+        return target
+    # As many splits as the longest request has segments: a count past them only launches CTAs
+    # with no tiles and may widen the merge (its warps a row follow the split count). Full 8k R=4:
+    # 33 splits (32 segments of 4 tiles) 10.0 us vs 32: 9.5 (version 11, kernels alone, graph).
+    tiles_per_segment = -(-shapes.max_tiles // target)
+    return -(-shapes.max_tiles // tiles_per_segment)
 
 
 def resolve_backend(backend: str) -> tuple[str, str]:

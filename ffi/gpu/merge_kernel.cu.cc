@@ -144,6 +144,15 @@ __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p)
   const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + E * lane;
+  // The first segment this warp reads, prefetched to L2 while the split kernel finishes (a
+  // programmatic dependent launch): 0.05-0.2 us off the latency-bound calls at R = 1-4; the
+  // merge after a plain launch (R = 16) lost 0.4 us with it, even with the prefetch skipped by a
+  // kernel argument there (benchmarks/NOTES.md version 11; not understood). The first 4 segments
+  // gained less than 1.
+  if (wr < nseg) {
+    prefetch_l2(o_src + wr * o_seg);
+    if (lane == 0) prefetch_l2(ml_src + wr * ml_seg);
+  }
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
 

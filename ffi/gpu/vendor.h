@@ -91,6 +91,16 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// A hint: the global line at ptr into L2 (NVIDIA; nothing elsewhere). No value is returned, so
+// it may run before the data is written (the line and its address translation are then warm).
+__device__ __forceinline__ void prefetch_l2(const void* ptr) {
+#if defined(MUSE_ATTN_CUDA)
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr));
+#else
+  (void)ptr;
+#endif
+}
+
 // XOR shuffle within a warp / wavefront.
 __device__ __forceinline__ float shfl_xor(float v, int mask) {
 #if defined(MUSE_ATTN_HIP)
