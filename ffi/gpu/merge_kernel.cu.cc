@@ -115,7 +115,9 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
   }
 }
 
-template <int D, int W>
+// kDependent: launched as a programmatic dependent of the split kernel (its prologue runs while
+// the split kernel ends); the plain launch's code has nothing of that path (below).
+template <int D, int W, bool kDependent>
 __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p) {
   static_assert(W >= 1 && W <= kMaxMergeWarps && (W & (W - 1)) == 0, "a power of 2");
   static_assert(D % kWarpSize == 0, "a lane holds whole floats of the row");
@@ -144,14 +146,15 @@ __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p)
   const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + E * lane;
-  // The first segment this warp reads, prefetched to L2 while the split kernel finishes (a
-  // programmatic dependent launch): 0.05-0.2 us off the latency-bound calls at R = 1-4; the
-  // merge after a plain launch (R = 16) lost 0.4 us with it, even with the prefetch skipped by a
-  // kernel argument there (benchmarks/NOTES.md version 11; not understood). The first 4 segments
-  // gained less than 1.
-  if (wr < nseg) {
-    prefetch_l2(o_src + wr * o_seg);
-    if (lane == 0) prefetch_l2(ml_src + wr * ml_seg);
+  // The first segment this warp reads, prefetched to L2 while the split kernel ends: 0.05-0.2 us
+  // off the latency-bound calls at R = 1-4 (the first 4 segments gained less). Compiled out of
+  // the plain launch's merge: there it cost 0.4 us (R = 16), even skipped by a kernel argument
+  // (benchmarks/NOTES.md version 11).
+  if constexpr (kDependent) {
+    if (wr < nseg) {
+      prefetch_l2(o_src + wr * o_seg);
+      if (lane == 0) prefetch_l2(ml_src + wr * ml_seg);
+    }
   }
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
@@ -220,12 +223,12 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel<D, W>, p);
+    return cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true>, p);
   }
 #else
   (void)plan;
 #endif
-  merge_kernel<D, W><<<grid, kThreads, 0, stream>>>(p);
+  merge_kernel<D, W, false><<<grid, kThreads, 0, stream>>>(p);
   return gpuGetLastError();
 }
 
@@ -245,7 +248,7 @@ bool merge_waits_for_split() {
 #if defined(MUSE_ATTN_CUDA)
   // Every instantiation is built from the same PTX target; one stands for all.
   cudaFuncAttributes attr = {};
-  if (cudaFuncGetAttributes(&attr, merge_kernel<64, 1>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, merge_kernel<64, 1, true>) != cudaSuccess) {
     (void)cudaGetLastError();  // not left for the next launch's error check
     return false;
   }
