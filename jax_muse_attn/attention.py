@@ -13,7 +13,7 @@ from jax_muse_attn import _ffi, _partitioning, _validate, reference
 BACKENDS = ("auto", "ffi", "reference")
 
 # CTAs a GPU launch aims for, per multiprocessor, when it picks the split count: what the split
-# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 144 registers on
+# kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 145 registers on
 # sm_90a, 161 with mma.sync, and 73 KiB, 3; D = 128: 229 registers and 81 KiB, 2). More
 # resident warps hide more latency (measured with benchmarks/kernel_bench.cu: full 128k R=16,
 # 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s, version 4).
@@ -29,8 +29,8 @@ _CPU_SPLITS = 8
 # or while segments keep this many tiles. Measured on an H200 (benchmarks/NOTES.md version 5;
 # kernels alone, best of the split counts tried): full 8k R=2 32 segments 10.4 us vs 64: 11.7
 # (the rule picks 33); 8k R=4 16-33: 13.9-14.5 vs 49: 15.9; 32k R=2 66: 19.4 vs 99: 21.1. Since
-# the row-warp merge (version 10) 4 tiles a segment pay where 8 did before: full 32k R=1 132
-# segments 9.3 us vs 66: 11.3 (version 9's merge: 12.0 vs 12.7); the rule now picks 128 there and
+# the row-warp merge (version 10) 4 tiles a segment pay where 8 did before: full 32k R=1 128
+# segments 9.7 us vs 66: 11.3 (version 9's merge: 12.0 vs 12.7); the rule now picks 128 there and
 # is unchanged elsewhere on the benchmark grid. Filling 2 CTAs an SM pays too, whatever the
 # segments' length (version 11, kernels alone, graph): full 8k R=2 66 splits (2 tiles a segment,
 # 2 CTAs an SM) 7.53 us vs 33 (4 tiles, 1 an SM): 8.11; 8k R=1 64: 6.06 vs 128: 6.93; 8k R=4

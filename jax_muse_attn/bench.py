@@ -1000,15 +1000,20 @@ def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors, repeats):
 
 def render(path, out_dir=None):
     """Re-renders a saved run (NAME.json: its workers' raw figures) into NAME.{json,md,png} with
-    this version's summary, table and plot, e.g. after a column was added. Measures nothing."""
+    this version's summary, table and plot, e.g. after a column was added. Measures nothing.
+    NAME is the file's, not the name the run was made under (results are renamed when archived:
+    rendering one never writes over another run's files)."""
     with open(path) as f:
         saved = json.load(f)
-    meta = dict(saved["meta"], rendered=datetime.datetime.now().isoformat(timespec="seconds"))
+    name = os.path.splitext(os.path.basename(path))[0]
+    meta = dict(saved["meta"], name=name, rendered=datetime.datetime.now().isoformat(timespec="seconds"))
+    if saved["meta"].get("name") != name:
+        meta["run_name"] = saved["meta"].get("run_name", saved["meta"].get("name"))
     workers = saved["workers"]
     modes = {m: workers[m] for m in saved["meta"]["modes"] if m in workers}
     cfgs = [parse_config(c["name"]) for c in saved["configs"]]
     repeats = saved["meta"].get("args", {}).get("repeats")
-    return write_outputs(out_dir or os.path.dirname(os.path.abspath(path)), saved["meta"]["name"], meta,
+    return write_outputs(out_dir or os.path.dirname(os.path.abspath(path)), name, meta,
                          cfgs, modes, workers.get("torch"), saved.get("errors", []), repeats)
 
 

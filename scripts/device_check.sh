@@ -3,7 +3,7 @@
 # (no pipes that can outlive a killed step), each log under $OUT (or ./device_out).
 #   bash scripts/device_check.sh [STEP ...]
 # Steps (default: build tests cb selftest memcheck racecheck):
-#   build      pip install --no-build-isolation --no-deps -e .   (the CUDA handler, sm_90)
+#   build      pip install --no-build-isolation --no-deps -e .   (the CUDA handler: sm_90a, sm_90 PTX)
 #   tests      pytest -n 8 over the whole suite (every ffi test runs on the CUDA handler)
 #   cb         scripts/command_buffer_check.py (command buffers on/off, thunk dump)
 #   selftest   compute-sanitizer on a planted OOB write / race: does the tool work here?

@@ -37,6 +37,14 @@ def test_bench_smoke(tmp_path):
     redone = json.loads((again / "smoke.json").read_text())
     assert redone["summary"] == out["summary"] and redone["workers"] == out["workers"]
     assert (again / "smoke.md").read_text().split("\n")[2:] == (tmp_path / "smoke.md").read_text().split("\n")[2:]
+    # An archived copy renders under its own file name, never over the run it was copied from.
+    archived = again / "smoke_v1.json"
+    archived.write_text((tmp_path / "smoke.json").read_text())
+    before = (again / "smoke.json").read_text()
+    assert bench.main(["--render", str(archived)]) == 0
+    assert (again / "smoke_v1.md").exists() and (again / "smoke.json").read_text() == before
+    meta = json.loads(archived.read_text())["meta"]
+    assert meta["name"] == "smoke_v1" and meta["run_name"] == "smoke"
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "smoke.png").stat().st_size > 0
 
