@@ -44,3 +44,31 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
     bad = [(c, w, int(g)) for c, w, g in zip(cases, want, got) if int(g) != w]
     assert not bad, f"{len(bad)} of {len(cases)} differ (groups sms max_tiles, python, C++): {bad[:10]}"
     assert len(set(want)) > 20  # the grid reaches many different split counts
+
+
+def _segments(num_tiles, splits, min_tiles=2):
+    """muse_attn/geometry.h request_geometry: segments with tiles when num_tiles tiles are cut
+    into at most `splits` segments (written here from the header's definition)."""
+    if num_tiles <= 0:
+        return 0
+    per_segment = max(-(-num_tiles // splits), min_tiles)
+    return -(-num_tiles // per_segment)
+
+
+def test_split_count_is_the_longest_requests_segments(monkeypatch):
+    # The default split count launches no split CTA without tiles for the longest request a
+    # shape admits (a count past its segments only adds empty CTAs and may widen the merge,
+    # benchmarks/NOTES.md version 11). Full attention: the longest request has max_tiles tiles;
+    # SWA: some request length reaches max_tiles tiles (the window straddling tile boundaries).
+    checked = 0
+    for sms, R, pages, window, hkv in itertools.product(
+            [78, 132, 304], [1, 2, 3, 4, 16], [1, 3, 8, 128, 512, 2048, 8192], [0, 40, 2048],
+            [1, 2]):
+        monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda sms=sms: sms)
+        s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=8 * hkv, num_kv_heads=hkv,
+                             head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
+        n = attention.default_num_splits(s, "cuda")
+        assert 1 <= n <= max(1, s.max_tiles)
+        assert _segments(s.max_tiles, n) == n, (sms, R, pages, window, hkv, n, s.max_tiles)
+        checked += 1
+    assert checked == 3 * 5 * 7 * 3 * 2
