@@ -18,6 +18,9 @@
 // attention from the spec, on requests 0, R/2 and R-1) with signed random data instead of the
 // timing data, prints PASS / FAIL and exits 1 on a failure: a quick check of kernel variants
 // (KB_FLAGS) without JAX. Otherwise no output check: the bench and the tests check the kernels.
+// MUSE_KB_COLD=1 adds a cold figure: the median over 15 calls of one call (split + merge, plain
+// launches from the stream, timed by events) right after a kernel read 256 MiB of another buffer
+// (the L2 then holds clean lines of that buffer, as in the anchors' cold method).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +52,16 @@ using muse_attn::gpu::VerifyParams;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 bool g_check_failed = false;
+
+// Reads n int4 (the L2 flush of MUSE_KB_COLD); the sum goes to *sink so nothing is elided.
+__global__ void read_through(const int4* p, size_t n, int* sink) {
+  int acc = 0;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
+    const int4 v = p[i];
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x7fffffff) *sink = acc;
+}
 
 void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once, bool poison,
          bool check) {
@@ -169,6 +182,31 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   CHECK(cudaStreamEndCapture(st, &g));
   CHECK(cudaGraphInstantiate(&ge, g, 0));
   const float t_graph = time_loop([&] { CHECK(cudaGraphLaunch(ge, st)); }) / N;
+  float t_cold = -1.0f;
+  if (std::getenv("MUSE_KB_COLD") != nullptr) {
+    const size_t flush_bytes = size_t{256} << 20;
+    int4* flush = nullptr;
+    int* sink = nullptr;
+    CHECK(cudaMalloc(&flush, flush_bytes));
+    CHECK(cudaMalloc(&sink, sizeof(int)));
+    CHECK(cudaMemset(flush, 1, flush_bytes));
+    std::vector<float> v;
+    for (int rep = 0; rep < 15; ++rep) {
+      read_through<<<4 * sms, 512, 0, st>>>(flush, flush_bytes / sizeof(int4), sink);
+      CHECK(cudaGetLastError());
+      CHECK(cudaEventRecord(e0, st));
+      both();
+      CHECK(cudaEventRecord(e1, st));
+      CHECK(cudaEventSynchronize(e1));
+      float ms;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      v.push_back(ms * 1e3f);
+    }
+    std::sort(v.begin(), v.end());
+    t_cold = v[v.size() / 2];
+    CHECK(cudaFree(flush));
+    CHECK(cudaFree(sink));
+  }
   const double keys = window ? std::min(L, window + kNq - 1) : L;
   const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
   std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-5s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
@@ -176,6 +214,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
               window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits,
               plan.merge_pdl ? "pdl" : "plain", bytes / 1e6, t_split,
               t_merge, t_both, t_graph, bytes / (t_graph * 1e-6) / 1e9);
+  if (t_cold >= 0) std::printf("    cold (after a 256 MiB read, one call, events): %.2f us\n", t_cold);
 #if defined(MUSE_ATTN_TIMELINE)
   // The last call of one more graph run (the calls before it leave the same stamps).
   CHECK(cudaMemset(p.timeline, 0, tl_elems * 8));

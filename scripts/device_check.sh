@@ -18,7 +18,8 @@
 #              MUSE_ATTN_PDL the caller set (gpu/launch_plan.h);
 #              kbcheck: the same binary with MUSE_KB_CHECK=1 (each config's output against the
 #              naive reference of benchmarks/kb_check.h; exit 1 on a failure);
-#              kbsan: racecheck + memcheck on it;
+#              kbsan: racecheck + memcheck on it; kbcold: the same binary with MUSE_KB_COLD=1
+#              (a cold figure a config: one call after a 256 MiB read; set it for kbab too);
 #              kbsweep: the same over split counts; kbtl: built with timeline stamps, prints where
 #              each config's time goes (KBTL_ARGS: L R window splits ...)
 #   kbab       the kernels alone, A/B in one call: /tmp/kb_base built from $ROOT/.kb_base (another
@@ -125,6 +126,7 @@ for s in "${steps[@]}"; do
         done
       fi ;;
     kbagain) TAIL_LINES=12 run_step kbagain 120 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: again (MUSE_ATTN_* set by the caller)
+    kbcold) MUSE_KB_COLD=1 TAIL_LINES=24 run_step kbcold 180 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb
     kbcheck) MUSE_KB_CHECK=1 TAIL_LINES=12 run_step kbcheck 180 /tmp/kernel_bench ${KB_ARGS:-} ;;  # after kb: outputs vs benchmarks/kb_check.h
     kbpdl) MUSE_ATTN_PDL=1 TAIL_LINES=12 run_step kbpdl 120 /tmp/kernel_bench ;;  # after kb
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
