@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The kernels alone (benchmarks/kernel_bench.cu) of this tree against this tree with each patch of
+# benchmarks/experiments applied (and against .kb_base, another commit's ffi/ and benchmarks/, if
+# carried: see scripts/device_check.sh kbab), in one device call: every variant built in
+# parallel, then two rounds, variants alternating, hot (CUDA graph) and cold (MUSE_KB_COLD=1)
+# figures; then each patched build's outputs against the float64 reference (MUSE_KB_CHECK=1,
+# clean and poisoned). Logs to $OUT/experiments.txt.
+#   bash benchmarks/experiments/measure.sh [PATCH_NAME ...]     (default: every *.patch)
+#   KB_ARGS="L R window splits ..." to pick the configs.   BUILD_ONLY=1: build, run nothing.
+set -u
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+OUT="${OUT:-$ROOT/device_out}"
+mkdir -p "$OUT"
+LOG="$OUT/experiments.txt"
+: >"$LOG"
+names=("$@")
+if ((${#names[@]} == 0)); then
+  for p in "$ROOT"/benchmarks/experiments/*.patch; do names+=("$(basename "$p" .patch)"); done
+fi
+ARGS=${KB_ARGS:-"32768 1 2048 0 32768 4 2048 0 32768 16 2048 0 2048 1 0 0 2048 16 0 0 8192 2 0 0 32768 1 0 0 32768 2 0 0 131072 1 0 0 131072 2 0 0 131072 4 0 0"}
+build() {  # name src_dir
+  nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} -I "$2/ffi" -o "/tmp/exp_$1" -x cu \
+    "$2/benchmarks/kernel_bench.cu" "$2/ffi/gpu/split_kernel.cu.cc" "$2/ffi/gpu/merge_kernel.cu.cc" \
+    >"/tmp/exp_$1.build.log" 2>&1 || { echo "build of $1 failed:"; cat "/tmp/exp_$1.build.log"; }
+}
+variants=(tree)
+build tree "$ROOT" &
+if [[ -d "$ROOT/.kb_base/ffi" ]]; then variants=(base "${variants[@]}"); build base "$ROOT/.kb_base" & fi
+for n in "${names[@]}"; do
+  src="/tmp/exp_src_$n"
+  rm -rf "$src" && mkdir -p "$src" && cp -r "$ROOT/ffi" "$ROOT/benchmarks" "$ROOT/jax_muse_attn" "$ROOT/tests" "$src/"
+  if (cd "$src" && patch -p1 -s -f --no-backup-if-mismatch <"$ROOT/benchmarks/experiments/$n.patch" >/dev/null); then
+    variants+=("$n"); build "$n" "$src" &
+  else
+    echo "$n.patch does not apply to this tree" | tee -a "$LOG"
+  fi
+done
+wait
+for v in "${variants[@]}"; do [[ -x /tmp/exp_$v ]] || echo "no binary for $v" | tee -a "$LOG"; done
+[[ -n "${BUILD_ONLY:-}" ]] && { echo "built: ${variants[*]}"; exit 0; }
+short() {  # config line + its cold line -> one line: variant config splits launch graph cold
+  awk -v v="$1" '/us\/call/ {if (line) print line; line=sprintf("%-16s %-5s %-9s %-6s %-12s %-6s graph %7s", v, $1, $2, $3, $4, $5, $(NF-3))}
+                 /cold/ {line=line sprintf("  cold %7s", $(NF-1))} END {if (line) print line}'
+}
+# '== round': hot and cold of each variant, alternating (figures in us a call)
+for round in 1 2; do
+  for v in "${variants[@]}"; do
+    [[ -x /tmp/exp_$v ]] || continue
+    echo "== round $round $v" | tee -a "$LOG"
+    # shellcheck disable=SC2086
+    MUSE_KB_COLD=1 timeout 150 "/tmp/exp_$v" $ARGS 2>&1 | tee -a "$LOG.raw" | short "$v" | tee -a "$LOG"
+  done
+done
+for v in "${variants[@]}"; do
+  [[ $v == base || $v == tree || ! -x /tmp/exp_$v ]] && continue
+  for poison in 0 1; do
+    if ((poison)); then export MUSE_KB_POISON=1; else unset MUSE_KB_POISON; fi
+    # shellcheck disable=SC2086
+    res=$(MUSE_KB_CHECK=1 timeout 150 "/tmp/exp_$v" $ARGS 1000 2 0 300 2>&1 | grep -E "^check")
+    echo "== check $v poison=$poison: $(grep -c PASS <<<"$res") PASS, $(grep -c FAIL <<<"$res") FAIL" | tee -a "$LOG"
+    grep FAIL <<<"$res" | tee -a "$LOG"
+  done
+  unset MUSE_KB_POISON
+done
