@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-#include "muse_attn/geometry.h"
 
 namespace kb_policy {
 
@@ -18,7 +17,9 @@ inline int default_splits(int groups, int sms, int max_tiles) {
   // _CHEAP_MERGE_SPLITS, two CTAs an SM, _TILES_PER_SEGMENT_PAST_ONE_WAVE
   const int worth_it = std::max({32, 2 * sms / groups, (max_tiles + 3) / 4});
   const int s = std::max(sms / groups, std::min(full, worth_it));
-  const int k = muse_attn::kMinTilesPerSegment;
+  // _MIN_TILES_PER_SEGMENT, 1 where the call's 1-tile CTAs are at most 3/5 of the SMs
+  // (_ONE_TILE_SEGMENTS_SM_FRACTION)
+  const int k = 5 * groups * max_tiles <= 3 * sms ? 1 : 2;
   const int target = std::max(1, std::min(s, (max_tiles + k - 1) / k));
   if (max_tiles <= 0) return target;
   const int tiles_per_segment = (max_tiles + target - 1) / target;  // as many splits as segments

@@ -20,8 +20,15 @@ BACKENDS = ("auto", "ffi", "reference")
 _CTAS_PER_SM = {64: 3, 128: 2}
 # Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
 _ROWS_PER_CTA = 64
-# ffi/muse_attn/geometry.h kMinTilesPerSegment: more splits than max_tiles / this stay empty.
+# Tiles a segment at least: a segment's partial state (64 rows x D fp32) costs as many bytes to
+# write and merge as a tile of K and V to read. One tile a segment only where the call's split
+# CTAs, one tile each, number at most 3/5 of the SMs (R = 1 at SWA 2048 and full 2k on an H200):
+# there the split kernel's critical path is its tiles. Kernels alone on an H200 (benchmarks/
+# NOTES.md version 12, graph, us): SWA 32k R=1 33 splits 4.65 vs 17: 4.90; full 2k R=1 32: 4.82
+# vs 16: 5.10; but SWA R=2 (132 CTAs) 33: 5.23 vs 17: 5.15, full 8k R=1 128: 6.5 vs 64: 5.9.
+# (ffi/muse_attn/geometry.h kMinTilesPerSegment is 1: the split count alone decides.)
 _MIN_TILES_PER_SEGMENT = 2
+_ONE_TILE_SEGMENTS_SM_FRACTION = (3, 5)
 # Segments a group on the CPU handler: enough to exercise the split/merge geometry.
 _CPU_SPLITS = 8
 # Past one CTA an SM, more segments shorten the split kernel but lengthen the merge (it folds
@@ -50,6 +57,7 @@ _TWO_PER_SM_TILES = (4, 16)
 
 def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     """Segments a (request, KV head) group is cut into: static, from shapes and the device."""
+    min_tiles = _MIN_TILES_PER_SEGMENT
     if platform == "cpu":
         target = _CPU_SPLITS
     else:
@@ -67,7 +75,10 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         worth_it = max(_CHEAP_MERGE_SPLITS, two_per_sm,
                        -(-shapes.max_tiles // _TILES_PER_SEGMENT_PAST_ONE_WAVE))
         target = max(one_per_sm, min(full, worth_it))
-    target = max(1, min(target, -(-shapes.max_tiles // _MIN_TILES_PER_SEGMENT)))
+        num, den = _ONE_TILE_SEGMENTS_SM_FRACTION
+        if den * ctas_per_split * shapes.max_tiles <= num * sms:  # few CTAs: 1 tile a segment
+            min_tiles = 1
+    target = max(1, min(target, -(-shapes.max_tiles // min_tiles)))
     if shapes.max_tiles <= 0:
         return target
     # As many splits as the longest request has segments: a count past them only launches CTAs

@@ -46,7 +46,7 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
     assert len(set(want)) > 20  # the grid reaches many different split counts
 
 
-def _segments(num_tiles, splits, min_tiles=2):
+def _segments(num_tiles, splits, min_tiles=1):
     """muse_attn/geometry.h request_geometry: segments with tiles when num_tiles tiles are cut
     into at most `splits` segments (written here from the header's definition)."""
     if num_tiles <= 0:

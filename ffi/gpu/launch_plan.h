@@ -16,6 +16,9 @@
 //
 // Tried and measured slower (NOTES.md version 6): 8 warps a CTA splitting every tile's keys in
 // two halves for small grids, and a PDL trigger after the split kernel's stores.
+//
+// The merge's warps a row (merge_kernel.cu.cc) are chosen here too, from the split count, the
+// rows and the multiprocessor count.
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
@@ -30,7 +33,42 @@ namespace muse_attn::gpu {
 
 struct LaunchPlan {
   bool merge_pdl = false;  // the merge is a programmatic dependent launch of the split kernel
+  int merge_warps = 1;     // warps that share one output row's segments in the merge
 };
+
+// The merge (merge_kernel.cu.cc): W warps a row, W a power of 2 up to kMergeMaxWarps; a warp
+// loads up to kMergeBatch segments at a time; a CTA is max(256 threads, one row's W warps).
+inline constexpr int kMergeMaxWarps = 8;
+inline constexpr int kMergeBatch = 16;
+__host__ __device__ constexpr int merge_threads(int warps) {
+  return warps * kWarpSize > 256 ? warps * kWarpSize : 256;
+}
+__host__ __device__ constexpr int merge_rows_per_cta(int warps) { return merge_threads(warps) / (warps * kWarpSize); }
+
+// Warps a row: the fewest that load every segment in one batch (up to 128 segments; past that
+// they loop), then doubled while each warp would still fold more than kMergeWarpSegments and the
+// merge's CTAs stay within one an SM (as a programmatic dependent they start beside the split
+// CTAs; a second wave of them waits). Kernels alone on an H200 (benchmarks/NOTES.md version 12,
+// graph, us): SWA R=1 (17 segments) 2 warps 5.11, 4: 4.90; full 2k R=1 (16) 1: 5.42, 2: 5.10;
+// 8k R=1 (64) 4: 6.14, 8: 5.92; but 8k R=2 (64) 4: 7.31, 8 (256 CTAs): 7.90; 8k R=4 (32) 2: 9.51,
+// 4 (256 CTAs): 10.27. With one tile a segment (attention.py): SWA R=1 (34 segments) 8 warps
+// 4.75, 4: 4.65; the bound 9 beat 8 and 16 summed over SWA / 2k R = 1-4 and 8k R = 1-2.
+#if defined(MUSE_ATTN_MERGE_WARP_SEGMENTS)  // a tuning knob for benchmarks/kernel_bench.cu
+inline constexpr int kMergeWarpSegments = MUSE_ATTN_MERGE_WARP_SEGMENTS;
+#else
+inline constexpr int kMergeWarpSegments = 9;
+#endif
+inline int merge_warps_for(int num_splits, int64_t groups, int rows, int sms) {
+  int warps = 1;
+  while (warps < kMergeMaxWarps && warps * kMergeBatch < num_splits) warps *= 2;
+  auto ctas = [&](int w) {
+    const int per_cta = merge_rows_per_cta(w);
+    return groups * ((rows + per_cta - 1) / per_cta);
+  };
+  while (warps < kMergeMaxWarps && warps * kMergeWarpSegments < num_splits && ctas(2 * warps) <= sms)
+    warps *= 2;
+  return warps;
+}
 
 inline bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
@@ -45,15 +83,16 @@ inline int64_t split_ctas(const VerifyParams& p) {
 
 inline LaunchPlan plan_launch(const VerifyParams& p) {
   LaunchPlan plan;
+  int sms = 0;
+  if (multiprocessor_count(&sms) != gpuSuccess) sms = 0;  // then the fewest warps
+  plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
+                                     int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
 #if defined(MUSE_ATTN_CUDA)
   static const int forced = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
   if (!sm90 || forced == 0) return plan;
-  int dev = 0, sms = 0;
-  const bool small = current_device(&dev) == gpuSuccess &&
-                     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-                     split_ctas(p) <= int64_t{2} * sms;
+  const bool small = sms > 0 && split_ctas(p) <= int64_t{2} * sms;
   plan.merge_pdl = forced == 1 || small;
 #else
   (void)p;  // AMD: plain launches

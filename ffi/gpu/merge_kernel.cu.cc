@@ -1,8 +1,8 @@
 // The merge: for each output row of each (request, KV head) group, combine the group's
 // segment partials (m, l, o) with the max trick, divide by l and write bf16.
 //
-// A row is W warps (1 to 8, a power of 2 chosen from the static split count: the fewest that
-// load every segment in one batch, merge_warps_for). Warp w folds segments w, w + W, ...: its
+// A row is W warps (1 to 8, a power of 2 chosen on the host from the static split count, rows and
+// SM count: launch_plan.h merge_warps_for). Warp w folds segments w, w + W, ...: its
 // lanes hold consecutive d of the row (D / warp-size floats each), so every segment's o row is
 // one coalesced read and its (m, l) one broadcast read; a batch of segments' loads is issued
 // before any of them is folded, and a batch is folded with one rescale (the batch's max first).
@@ -32,25 +32,18 @@
 namespace muse_attn::gpu {
 namespace {
 
-// Warps a row: at most 8, so that on NVIDIA a CTA is 256 threads and, launched early as a
-// programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread CTAs could
-// not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512 threads.
-inline constexpr int kMaxMergeWarps = 8;
-// Segments a warp loads at a time ((m, l) and its share of o: 4 registers a segment at D = 64
-// on NVIDIA, 6 at D = 128), in chunks of 4 that are skipped whole past the row's segments.
-inline constexpr int kBatch = 16;
+// Warps a row: at most 8 (kMergeMaxWarps), so that on NVIDIA a CTA is 256 threads and, launched
+// early as a programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread
+// CTAs could not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512
+// threads. Segments a warp loads at a time: kMergeBatch ((m, l) and its share of o: 4 registers
+// a segment at D = 64 on NVIDIA, 6 at D = 128), in chunks of 4 that are skipped whole past the
+// row's segments.
+inline constexpr int kMaxMergeWarps = kMergeMaxWarps;
+inline constexpr int kBatch = kMergeBatch;
 inline constexpr int kChunk = 4;
-
-// Warps that share one row's segments: the fewest (a power of 2, at most kMaxMergeWarps) that
-// load the split count in one batch each (up to 128 segments); past that they loop.
-constexpr int merge_warps_for(int num_splits) {
-  int warps = 1;
-  while (warps < kMaxMergeWarps && warps * kBatch < num_splits) warps *= 2;
-  return warps;
-}
 // Threads a CTA: 256, or one row's W warps when they are more.
 template <int W>
-inline constexpr int kMergeThreads = W * kWarpSize > 256 ? W * kWarpSize : 256;
+inline constexpr int kMergeThreads = merge_threads(W);
 
 // The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
 template <int E>
@@ -123,7 +116,7 @@ __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p)
   static_assert(D % kWarpSize == 0, "a lane holds whole floats of the row");
   constexpr int E = D / kWarpSize;   // floats of the row a lane holds
   constexpr int B = kBatch;
-  constexpr int kRows = kMergeThreads<W> / (W * kWarpSize);  // rows a CTA
+  constexpr int kRows = merge_rows_per_cta(W);  // rows a CTA
   MUSE_TIMELINE(p, kTimelineMergeBase, 0);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int wr = warp % W;            // the warp's share of the row's segments
@@ -207,7 +200,7 @@ __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p)
 template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   constexpr int kThreads = kMergeThreads<W>;
-  constexpr int kRows = kThreads / (W * kWarpSize);
+  constexpr int kRows = merge_rows_per_cta(W);
   const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows), p.num_requests * p.num_kv_heads.divisor());
 #if defined(MUSE_ATTN_CUDA)
   // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
@@ -234,7 +227,7 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
 
 template <int D>
 gpuError_t launch_merge_warps(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  switch (merge_warps_for(p.num_splits.divisor())) {
+  switch (plan.merge_warps) {
     case 1: return launch_merge_d<D, 1>(p, plan, stream);
     case 2: return launch_merge_d<D, 2>(p, plan, stream);
     case 4: return launch_merge_d<D, 4>(p, plan, stream);

@@ -60,6 +60,17 @@ inline gpuError_t current_device(int* device) {
 #endif
 }
 
+// Multiprocessors (SMs / CUs) of the current device; host side.
+inline gpuError_t multiprocessor_count(int* count) {
+  int dev = 0;
+  if (gpuError_t e = current_device(&dev); e != gpuSuccess) return e;
+#if defined(MUSE_ATTN_HIP)
+  return hipDeviceGetAttribute(count, hipDeviceAttributeMultiprocessorCount, dev);
+#else
+  return cudaDeviceGetAttribute(count, cudaDevAttrMultiProcessorCount, dev);
+#endif
+}
+
 // Programmatic dependent launch (NVIDIA sm_90+): a kernel launched with it may start while the
 // previous kernel on the stream still runs; it must call grid_dependency_wait() before it reads
 // what that kernel wrote. Elsewhere (AMD, older GPUs) an ordinary launch, and the calls below
