@@ -15,6 +15,7 @@ LOG="$OUT/experiments.txt"
 : >"$LOG"
 names=("$@")
 if ((${#names[@]} == 0)); then
+  shopt -s nullglob  # no patch waiting: this tree against .kb_base only
   for p in "$ROOT"/benchmarks/experiments/*.patch; do names+=("$(basename "$p" .patch)"); done
 fi
 ARGS=${KB_ARGS:-"32768 1 2048 0 32768 4 2048 0 32768 16 2048 0 2048 1 0 0 2048 16 0 0 8192 2 0 0 32768 1 0 0 32768 2 0 0 131072 1 0 0 131072 2 0 0 131072 4 0 0"}
