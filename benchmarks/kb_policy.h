@@ -22,8 +22,21 @@ inline int default_splits(int groups, int sms, int max_tiles) {
   const int k = 5 * groups * max_tiles <= 3 * sms ? 1 : 2;
   const int target = std::max(1, std::min(s, (max_tiles + k - 1) / k));
   if (max_tiles <= 0) return target;
-  const int tiles_per_segment = (max_tiles + target - 1) / target;  // as many splits as segments
-  return (max_tiles + tiles_per_segment - 1) / tiles_per_segment;
+  auto as_segments = [&](int n) {  // as many splits as segments
+    const int tiles_per_segment = (max_tiles + n - 1) / n;
+    return (max_tiles + tiles_per_segment - 1) / tiles_per_segment;
+  };
+  auto busiest_sm_tiles = [&](int n) {
+    return (n * groups + sms - 1) / sms * ((max_tiles + n - 1) / n);
+  };
+  int splits = as_segments(target);
+  const int two_per_sm = 2 * sms / groups;
+  // 2 CTAs an SM for short segments when the busiest SM gets no more tiles
+  if (two_per_sm > 0 && splits * groups > 2 * sms && (max_tiles + splits - 1) / splits < 4) {
+    const int fewer = as_segments(std::min(two_per_sm, target));
+    if (busiest_sm_tiles(fewer) <= busiest_sm_tiles(splits)) splits = fewer;
+  }
+  return splits;
 }
 
 }  // namespace kb_policy

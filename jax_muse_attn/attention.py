@@ -53,13 +53,22 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # 132: 29.0 vs 198: 30.6; outside the range SWA R=16 12: 11.3 vs 9: 12.1, 128k R=4 49: 76.8
 # vs 33: 77.9, 128k R=16 12: 276 vs 8: 289.
 _TWO_PER_SM_TILES = (4, 16)
+# Shorter segments too: where the count above puts more than 2 CTAs on an SM with segments of
+# fewer than _TWO_PER_SM_TILES[0] tiles, 2 CTAs an SM (the merge then a programmatic dependent
+# launch, ffi/gpu/launch_plan.h) are taken when the busiest SM works through no more tiles
+# (CTAs an SM x tiles a segment). Kernels alone on an H200 (benchmarks/NOTES.md version 12,
+# graph): SWA R=8 12 splits (3 tiles, 2 an SM) 8.27 us vs 17 (2 tiles, 3 an SM): 9.06; full 2k
+# R=16 8 (4 tiles, 2 an SM) 9.55 vs 11 (3 tiles, 3 an SM): 10.74; SWA R=16 keeps 12 (9 tiles an
+# SM; 6 splits, 12: 11.17 vs 10.91).
 
 
 def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     """Segments a (request, KV head) group is cut into: static, from shapes and the device."""
     min_tiles = _MIN_TILES_PER_SEGMENT
+    tiles = shapes.max_tiles
     if platform == "cpu":
         target = _CPU_SPLITS
+        ctas_per_split = sms = 0
     else:
         # One wave of CTAs: rounding down keeps every CTA resident at once; rounding up would
         # leave a few SMs with an extra CTA of the same length (a tail as long as the call).
@@ -78,14 +87,27 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         num, den = _ONE_TILE_SEGMENTS_SM_FRACTION
         if den * ctas_per_split * shapes.max_tiles <= num * sms:  # few CTAs: 1 tile a segment
             min_tiles = 1
-    target = max(1, min(target, -(-shapes.max_tiles // min_tiles)))
-    if shapes.max_tiles <= 0:
+    target = max(1, min(target, -(-tiles // min_tiles)))
+    if tiles <= 0:
         return target
+
     # As many splits as the longest request has segments: a count past them only launches CTAs
     # with no tiles and may widen the merge (its warps a row follow the split count). Full 8k R=4:
     # 33 splits (32 segments of 4 tiles) 10.0 us vs 32: 9.5 (version 11, kernels alone, graph).
-    tiles_per_segment = -(-shapes.max_tiles // target)
-    return -(-shapes.max_tiles // tiles_per_segment)
+    def as_segments(n):
+        return -(-tiles // -(-tiles // n))
+
+    def busiest_sm_tiles(n):  # CTAs on the busiest SM x tiles a segment
+        return -(-n * ctas_per_split // sms) * -(-tiles // n)
+
+    splits = as_segments(target)
+    two_per_sm = 2 * sms // ctas_per_split if ctas_per_split else 0
+    if (platform != "cpu" and two_per_sm > 0 and splits * ctas_per_split > 2 * sms
+            and -(-tiles // splits) < _TWO_PER_SM_TILES[0]):
+        fewer = as_segments(min(two_per_sm, target))
+        if busiest_sm_tiles(fewer) <= busiest_sm_tiles(splits):
+            splits = fewer
+    return splits
 
 
 def resolve_backend(backend: str) -> tuple[str, str]:

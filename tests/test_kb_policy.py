@@ -72,3 +72,41 @@ def test_split_count_is_the_longest_requests_segments(monkeypatch):
         assert _segments(s.max_tiles, n) == n, (sms, R, pages, window, hkv, n, s.max_tiles)
         checked += 1
     assert checked == 3 * 5 * 7 * 3 * 2
+
+
+def test_short_segments_past_two_ctas_an_sm_only_when_two_would_load_an_sm_more(monkeypatch):
+    # Where the default count puts more than 2 split CTAs on an SM with segments of fewer than 4
+    # tiles, a count at 2 CTAs an SM (the merge then a programmatic dependent launch) must load
+    # the busiest SM with more tiles (benchmarks/NOTES.md version 12: SWA R=8 12 splits 8.27 us vs
+    # 17: 9.06, full 2k R=16 8: 9.55 vs 11: 10.74).
+    seen_three, seen_two = 0, 0
+    for sms, R, pages, window in itertools.product(
+            [78, 114, 132, 304], [4, 6, 8, 12, 16, 24, 32], [64, 128, 256, 2048], [0, 2048]):
+        monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda sms=sms: sms)
+        s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
+                             head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
+        n, tiles, groups = attention.default_num_splits(s, "cuda"), s.max_tiles, 2 * R
+        per_segment = -(-tiles // n)
+        if per_segment >= 4:
+            continue
+
+        def busiest(k):  # CTAs on the busiest SM x tiles a segment, with k splits
+            k = -(-tiles // -(-tiles // k))
+            return -(-k * groups // sms) * -(-tiles // k)
+
+        if n * groups > 2 * sms:
+            seen_three += 1
+            two = 2 * sms // groups
+            if two > 0:
+                assert busiest(two) > busiest(n), (sms, R, pages, window, n)
+        else:
+            seen_two += 1
+    assert seen_three and seen_two  # both sides of the rule are exercised
+
+
+def test_swa_r8_and_full_2k_r16_fill_two_ctas_an_sm_on_an_h200(monkeypatch):
+    monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda: 132)
+    for R, pages, window, want in [(8, 2048, 2048, 12), (16, 128, 0, 8), (16, 2048, 2048, 12)]:
+        s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
+                             head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
+        assert attention.default_num_splits(s, "cuda") == want, (R, pages, window)
