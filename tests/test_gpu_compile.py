@@ -323,3 +323,55 @@ def test_finite_math_only_is_refused(tmp_path, flags, ok):
         assert r.returncode == 0, r.stderr[-2000:]
     else:
         assert r.returncode != 0 and "needs infinities" in r.stderr, r.stderr[-2000:]
+
+
+MERGE_WARPS_HARNESS = r"""
+#include <cstdio>
+#include "gpu/launch_plan.h"
+int main() {
+  int splits, groups, rows, sms;
+  while (std::scanf("%d %d %d %d", &splits, &groups, &rows, &sms) == 4)
+    std::printf("%d\n", muse_attn::gpu::merge_warps_for(splits, groups, rows, sms));
+  return 0;
+}
+"""
+
+
+def test_merge_warps_a_row(tmp_path):
+    """launch_plan.h merge_warps_for (the merge's warps a row, host side, NVIDIA): a power of 2 up
+    to 8 that loads every segment in one batch of 16 where 8 warps can; more warps than that only
+    while a warp still folds more than 9 segments and the merge's CTAs (8 / W rows each) stay one
+    an SM (benchmarks/NOTES.md version 12)."""
+    _require_nvcc()
+    src, exe = tmp_path / "mw.cu", tmp_path / "mw"
+    src.write_text(MERGE_WARPS_HARNESS)
+    r = subprocess.run([_nvcc(), "-std=c++17", "-I", os.path.join(ROOT, "ffi"), "-o", str(exe),
+                        str(src)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    cases = [(s, g, rows, sms) for s in (1, 8, 16, 17, 32, 34, 64, 128, 300)
+             for g in (1, 2, 4, 8, 32) for rows in (8, 64, 128) for sms in (0, 78, 132)]
+    out = subprocess.run([str(exe)], input="".join(f"{' '.join(map(str, c))}\n" for c in cases),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert len(out) == len(cases)
+
+    def ctas(w, g, rows):
+        per_cta = 8 // w  # 256-thread CTAs of 32-lane warps
+        return g * -(-rows // per_cta)
+
+    widened = 0
+    for (s, g, rows, sms), w in zip(cases, map(int, out)):
+        assert w in (1, 2, 4, 8), (s, g, rows, sms, w)
+        fewest = next(x for x in (1, 2, 4, 8) if x * 16 >= s or x == 8)
+        assert w >= fewest, (s, g, rows, sms, w)
+        if w > fewest:
+            widened += 1
+            assert ctas(w, g, rows) <= sms and (w // 2) * 9 < s, (s, g, rows, sms, w)
+        if w < 8 and w * 9 < s:  # not widened further: the next width would not fit one an SM
+            assert ctas(2 * w, g, rows) > sms, (s, g, rows, sms, w)
+    assert widened > 10
+    # The configurations measured (H200, 132 SMs; 2 KV heads, 64 rows a group): (splits, groups)
+    # -> warps. SWA R=1, full 2k R=1, 8k R=1, 8k R=2, SWA R=2, 8k R=4, SWA R=8.
+    want = {(34, 2): 4, (32, 2): 4, (64, 2): 8, (64, 4): 4, (17, 4): 2, (32, 8): 2, (12, 16): 1}
+    got = subprocess.run([str(exe)], input="".join(f"{s} {g} 64 132\n" for s, g in want),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert dict(zip(want, map(int, got))) == want
