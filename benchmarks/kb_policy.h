@@ -7,7 +7,6 @@
 
 #include <algorithm>
 
-
 namespace kb_policy {
 
 inline int default_splits(int groups, int sms, int max_tiles) {

@@ -68,7 +68,7 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     tiles = shapes.max_tiles
     if platform == "cpu":
         target = _CPU_SPLITS
-        ctas_per_split = sms = 0
+        ctas_per_split = sms = two_per_sm = 0
     else:
         # One wave of CTAs: rounding down keeps every CTA resident at once; rounding up would
         # leave a few SMs with an extra CTA of the same length (a tail as long as the call).
@@ -101,8 +101,7 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         return -(-n * ctas_per_split // sms) * -(-tiles // n)
 
     splits = as_segments(target)
-    two_per_sm = 2 * sms // ctas_per_split if ctas_per_split else 0
-    if (platform != "cpu" and two_per_sm > 0 and splits * ctas_per_split > 2 * sms
+    if (two_per_sm > 0 and splits * ctas_per_split > 2 * sms
             and -(-tiles // splits) < _TWO_PER_SM_TILES[0]):
         fewer = as_segments(min(two_per_sm, target))
         if busiest_sm_tiles(fewer) <= busiest_sm_tiles(splits):

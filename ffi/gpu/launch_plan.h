@@ -43,7 +43,9 @@ inline constexpr int kMergeBatch = 16;
 __host__ __device__ constexpr int merge_threads(int warps) {
   return warps * kWarpSize > 256 ? warps * kWarpSize : 256;
 }
-__host__ __device__ constexpr int merge_rows_per_cta(int warps) { return merge_threads(warps) / (warps * kWarpSize); }
+__host__ __device__ constexpr int merge_rows_per_cta(int warps) {
+  return merge_threads(warps) / (warps * kWarpSize);
+}
 
 // Warps a row: the fewest that load every segment in one batch (up to 128 segments; past that
 // they loop), then doubled while each warp would still fold more than kMergeWarpSegments and the
