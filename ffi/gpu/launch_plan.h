@@ -46,6 +46,10 @@ __host__ __device__ constexpr int merge_threads(int warps) {
 __host__ __device__ constexpr int merge_rows_per_cta(int warps) {
   return merge_threads(warps) / (warps * kWarpSize);
 }
+// The merge's CTAs a (request, KV head) group: its grid x.
+constexpr int merge_row_blocks(int rows, int warps) {
+  return (rows + merge_rows_per_cta(warps) - 1) / merge_rows_per_cta(warps);
+}
 
 // Warps a row: the fewest that load every segment in one batch (up to 128 segments; past that
 // they loop), then doubled while each warp would still fold more than kMergeWarpSegments and the
@@ -63,11 +67,8 @@ inline constexpr int kMergeWarpSegments = 9;
 inline int merge_warps_for(int num_splits, int64_t groups, int rows, int sms) {
   int warps = 1;
   while (warps < kMergeMaxWarps && warps * kMergeBatch < num_splits) warps *= 2;
-  auto ctas = [&](int w) {
-    const int per_cta = merge_rows_per_cta(w);
-    return groups * ((rows + per_cta - 1) / per_cta);
-  };
-  while (warps < kMergeMaxWarps && warps * kMergeWarpSegments < num_splits && ctas(2 * warps) <= sms)
+  while (warps < kMergeMaxWarps && warps * kMergeWarpSegments < num_splits &&
+         groups * merge_row_blocks(rows, 2 * warps) <= sms)
     warps *= 2;
   return warps;
 }

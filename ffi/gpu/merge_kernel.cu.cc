@@ -38,12 +38,7 @@ namespace {
 // threads. Segments a warp loads at a time: kMergeBatch ((m, l) and its share of o: 4 registers
 // a segment at D = 64 on NVIDIA, 6 at D = 128), in chunks of 4 that are skipped whole past the
 // row's segments.
-inline constexpr int kMaxMergeWarps = kMergeMaxWarps;
-inline constexpr int kBatch = kMergeBatch;
 inline constexpr int kChunk = 4;
-// Threads a CTA: 256, or one row's W warps when they are more.
-template <int W>
-inline constexpr int kMergeThreads = merge_threads(W);
 
 // The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
 template <int E>
@@ -111,11 +106,11 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 // kDependent: launched as a programmatic dependent of the split kernel (its prologue runs while
 // the split kernel ends); the plain launch's code has nothing of that path (below).
 template <int D, int W, bool kDependent>
-__global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p) {
-  static_assert(W >= 1 && W <= kMaxMergeWarps && (W & (W - 1)) == 0, "a power of 2");
+__global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p) {
+  static_assert(W >= 1 && W <= kMergeMaxWarps && (W & (W - 1)) == 0, "a power of 2");
   static_assert(D % kWarpSize == 0, "a lane holds whole floats of the row");
   constexpr int E = D / kWarpSize;   // floats of the row a lane holds
-  constexpr int B = kBatch;
+  constexpr int B = kMergeBatch;
   constexpr int kRows = merge_rows_per_cta(W);  // rows a CTA
   MUSE_TIMELINE(p, kTimelineMergeBase, 0);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -199,9 +194,9 @@ __global__ void __launch_bounds__(kMergeThreads<W>) merge_kernel(VerifyParams p)
 
 template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  constexpr int kThreads = kMergeThreads<W>;
-  constexpr int kRows = merge_rows_per_cta(W);
-  const dim3 grid(static_cast<unsigned>((p.rows + kRows - 1) / kRows), p.num_requests * p.num_kv_heads.divisor());
+  constexpr int kThreads = merge_threads(W);
+  const dim3 grid(static_cast<unsigned>(merge_row_blocks(p.rows, W)),
+                  p.num_requests * p.num_kv_heads.divisor());
 #if defined(MUSE_ATTN_CUDA)
   // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
   // overlap the split kernel instead of following it.
