@@ -22,6 +22,7 @@
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -84,10 +85,25 @@ inline int64_t split_ctas(const VerifyParams& p) {
   return int64_t{g.x} * g.y * g.z;
 }
 
+// Multiprocessors of the current device, asked of the runtime once a device (devices 0-63;
+// past that every call); 0 when the runtime cannot say.
+inline int device_multiprocessors() {
+  static std::atomic<int> known[64];  // 0: not asked yet (static storage starts zeroed)
+  int dev = 0;
+  if (current_device(&dev) != gpuSuccess) return 0;
+  const bool cached = dev >= 0 && dev < 64;
+  if (cached) {
+    if (const int n = known[dev].load(std::memory_order_relaxed); n > 0) return n;
+  }
+  int sms = 0;
+  if (multiprocessor_count(&sms) != gpuSuccess || sms <= 0) return 0;
+  if (cached) known[dev].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
 inline LaunchPlan plan_launch(const VerifyParams& p) {
   LaunchPlan plan;
-  int sms = 0;
-  if (multiprocessor_count(&sms) != gpuSuccess) sms = 0;  // then the fewest warps
+  const int sms = device_multiprocessors();  // 0: then the fewest merge warps, no PDL by size
   plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
                                      int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
 #if defined(MUSE_ATTN_CUDA)
