@@ -14,7 +14,7 @@ BACKENDS = ("auto", "ffi", "reference")
 
 # CTAs a GPU launch aims for, per multiprocessor, when it picks the split count: what the split
 # kernel's registers and shared memory let one H100/H200 SM hold (D = 64: 145 registers on
-# sm_90a, 161 with mma.sync, and 73 KiB, 3; D = 128: 229 registers and 81 KiB, 2). More
+# sm_90a, 161 with mma.sync, and 73 KiB, 3; D = 128: 225 registers and 81 KiB, 2). More
 # resident warps hide more latency (measured with benchmarks/kernel_bench.cu: full 128k R=16,
 # 2 CTAs an SM 2357 GB/s, 3 CTAs 2729 GB/s, version 4).
 _CTAS_PER_SM = {64: 3, 128: 2}
