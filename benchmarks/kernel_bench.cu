@@ -13,7 +13,9 @@
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
-// split CTA started.
+// split CTA started (%globaltimer: ~0.26 us ticks on an H200); then exact SM-cycle spans: the
+// split's first tile in shared memory to its tiles done, the merge's release to its rows folded
+// and written.
 // MUSE_KB_CHECK=1 also checks each config's output (benchmarks/kb_check.h: a naive float64
 // attention from the spec, on requests 0, R/2 and R-1) with signed random data instead of the
 // timing data, prints PASS / FAIL and exits 1 on a failure: a quick check of kernel variants
@@ -261,6 +263,28 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
       std::printf("    %s %-10s n=%-5zu min %6.2f  med %6.2f  max %6.2f us\n", k ? "merge" : "split",
                   names[k][e], v.size(), v.front(), v[v.size() / 2], v.back());
     }
+  }
+  {  // SM cycles (exact, against the ~0.26 us ticks above): the split's first tile to its last
+     // tile done (stamps 10 -> 11), the merge from its release (stamps 4 / 5 / 6)
+    auto cycles = [&](int base, int e, int from) {
+      std::vector<double> v;
+      for (int c = 0; c < kTimelineMergeBase; ++c) {
+        const uint64_t* s = &tl[(size_t(base) + c) * kTimelineEvents];
+        if (s[e] && (from < 0 || s[from])) v.push_back(double(s[e]) - (from < 0 ? 0.0 : double(s[from])));
+      }
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    const double ghz = mhz.empty() ? 1.7 : mhz[mhz.size() / 2] * 1e-3;
+    auto show = [&](const char* what, const std::vector<double>& v) {
+      if (v.empty()) return;
+      std::printf("    %-34s n=%-5zu min %6.0f  med %6.0f  max %6.0f cycles (med %.2f us)\n", what, v.size(),
+                  v.front(), v[v.size() / 2], v.back(), v[v.size() / 2] / ghz * 1e-3);
+    };
+    show("split tile0 in -> tiles done", cycles(0, 11, 10));
+    show("merge release -> own segments in", cycles(kTimelineMergeBase, 4, -1));
+    show("merge release -> row folded", cycles(kTimelineMergeBase, 5, -1));
+    show("merge release -> row written", cycles(kTimelineMergeBase, 6, -1));
   }
 #endif
   CHECK(cudaGraphExecDestroy(ge));

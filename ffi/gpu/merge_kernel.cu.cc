@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   }
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
+  MUSE_TIMELINE_CLOCK(timeline_released);
 
   RowFold<E> f;
 #pragma unroll 1  // one batch of loads in flight at a time
@@ -171,6 +172,7 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
       if (seg0 + b * W >= nseg) ml[b].x = neg_inf();
     f.add(ml, o);
   }
+  MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 4, timeline_released);  // warp 0's segments folded
   if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
     __shared__ float2 sh_ml[kRows][W];
     __shared__ Lane<E> sh_o[kRows][W][kWarpSize];
@@ -187,9 +189,11 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
     f.add(ml, o);
   }
   MUSE_TIMELINE(p, kTimelineMergeBase, 2);  // partials folded
+  MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 5, timeline_released);
   if (!row_ok) return;
   store_bf16<E>(dst, f.acc, safe_inverse(f.l));
   MUSE_TIMELINE(p, kTimelineMergeBase, 3);  // row written (issued)
+  MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 6, timeline_released);
 }
 
 template <int D, int W>

@@ -195,6 +195,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     const KvTile<D> tile = tile_at(slot);
     if (it == 0) {
       MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
+      MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
     }
     w.scores(tile);
@@ -236,6 +237,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   }
   copy_wait<0>();
   MUSE_TIMELINE(p, 0, 4);  // tiles done
+  MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
 
   // Each lane's rows: the addresses once, the stores predicated (no branch a store).
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};

@@ -1,7 +1,9 @@
 // Timeline probes for kernel work (benchmarks/kernel_bench.cu built with -DMUSE_ATTN_TIMELINE):
 // thread 0 of every CTA stamps the GPU's global nanosecond timer at named points of the split
 // and merge kernels, so a run shows where a call's time goes (launch, seq_lens, block ids, first
-// tile, tiles, partials, merge). Compiled out (no code, no VerifyParams field) otherwise.
+// tile, tiles, partials, merge), and SM-cycle spans at a few (the split's tiles, the merge after
+// its release: exact where the ~0.26 us timer ticks are not). Compiled out (no code, no
+// VerifyParams field) otherwise.
 #ifndef MUSE_ATTN_GPU_TIMELINE_H_
 #define MUSE_ATTN_GPU_TIMELINE_H_
 
