@@ -140,7 +140,7 @@ for s in "${steps[@]}"; do
         done
       done
       unset MUSE_KB_ONCE MUSE_KB_POISON ;;
-    tp) run_step tp 300 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
+    tp) run_step tp 450 python3 "$ROOT/scripts/tp_gpu_check.py" ;;
     tp8) run_step tp8 540 python3 "$ROOT/scripts/tp_gpu_check.py" --tp 8 ;;
     *) echo "device_check: unknown step $s" >&2; exit 2 ;;
   esac

@@ -16,6 +16,10 @@ and times the sharded call against one shard's share (16/2 heads) on each GPU al
 sharded run ends when its slowest GPU does): per call,
 (t_chain - t_1) / (chain - 1) from chains of 1 and `--chain` dependent calls inside one jit
 (medians of `--reps` runs), so that the jit's host dispatch, larger over several devices, cancels.
+Where the platform has the package's device clock (`jax_muse_attn._ffi.device_clock`, as the
+bench uses it), the same chains are also timed by each device's own clock (the sharded chain
+under `jax.shard_map`, so that every device reads its own clock between its first and last
+call): a second table, free of the host's dispatch and its run-to-run jitter.
 
 With fewer GPUs than `--tp` it says so and runs the degraded part only: the single-device check
 (one GPU: correctness and timing of the one-shard share; CPU: a small correctness check).
@@ -43,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 import jax_muse_attn
 from jax_muse_attn import _ffi, _validate
@@ -86,6 +91,34 @@ def time_per_call(compiled_1, compiled_n, args, n, reps):
     t1 = statistics.median(_wall(compiled_1, args) for _ in range(reps))
     tn = statistics.median(_wall(compiled_n, args) for _ in range(reps))
     return (tn - t1) / (n - 1) * 1e6  # us a call
+
+
+def clocked(n, fn):
+    """fn(q, kv, bt, sl) -> q chained n times between two device-clock reads (the bench's
+    method: the first read feeds the chain through order_after, the second follows its output);
+    returns the two reads stacked, [1, 2, 2] (uint32 low / high words)."""
+    def body(q, kv, bt, sl):
+        t0 = _ffi.device_clock(q)
+        q = _ffi.order_after(q, t0)
+        for _ in range(n):
+            q = fn(q, kv, bt, sl)
+        return jnp.stack([t0, _ffi.device_clock(q)])[None]
+    return body
+
+
+def device_per_call(g1, gn, args, n, reps):
+    """Per call on each device by its own clock: (d_n - d_1) / (n - 1), paired by repeat, median
+    over reps; g1 / gn return [devices, 2, 2] clock reads (clocked())."""
+    def spans(g):
+        c = np.asarray(g(*args))
+        return [_ffi.clock_ns(c[d, 1]) - _ffi.clock_ns(c[d, 0]) for d in range(c.shape[0])]
+    for g in (g1, gn):  # warm-up
+        spans(g)
+    per = []
+    for _ in range(reps):
+        d1, dn = spans(g1), spans(gn)
+        per.append([(b - a) / (n - 1) * 1e-3 for a, b in zip(d1, dn)])  # us a call, a device
+    return [statistics.median(p[d] for p in per) for d in range(len(per[0]))]
 
 
 def close(out, ref):
@@ -183,17 +216,41 @@ def tp_part(args, devs):
                 c1_1, c1_n = (jax.jit(chain(n, num_splits=splits, **kw)).lower(*share).compile()
                               for n in (1, args.chain))
                 t1s.append(time_per_call(c1_1, c1_n, share, args.chain, args.reps))
+            # The same by each device's clock: the sharded chain under shard_map (each device its
+            # own reads), the share alone on each device.
+            dev = None
+            if args.device_clock and _ffi.current_platform() in _ffi.CLOCK_REGISTERED:
+                step = functools.partial(jax_muse_attn.verify_attention, num_splits=splits, **kw)
+                smap = lambda n: jax.jit(jax.shard_map(  # noqa: E731
+                    clocked(n, step), mesh=mesh, in_specs=(specs.q, specs.kv_cache,
+                                                           specs.block_table, specs.seq_lens),
+                    out_specs=P("tp"), check_vma=False))
+                d2 = device_per_call(smap(1), smap(args.chain), sargs, args.chain, args.reps)
+                d1s = []
+                for g in devs[:tp]:
+                    share = jax.device_put(make(R, 16, 2, args.context, seed=R), g)
+                    d1s += device_per_call(jax.jit(clocked(1, step)), jax.jit(clocked(args.chain, step)),
+                                           share, args.chain, args.reps)
+                dev = (d2, d1s)
             rows.append(("full" if window is None else f"swa{window}", R, splits, good, bit, err,
-                         ",".join(coll) or "none", qshapes, t2, t1s))
+                         ",".join(coll) or "none", qshapes, t2, t1s, dev))
     print(f"\nTP{tp} on {devs[0].device_kind} x{tp}: {hq}/{hkv} heads sharded (16/2 a device), "
           f"context {args.context}, {args.chain} chained calls a jit, median of {args.reps}")
     print(f"{'attn':>8} {'R':>2} {'splits':>6} {'ok':>5} {'bitwise':>7} {'max err':>9} "
           f"{'collect.':>8} {'custom-call q':>16} {'TP us':>8} {'share us, each device':>{9 * tp}} "
           f"{'/dev0':>6} {'/slowest':>8}")
-    for name, R, splits, good, bit, err, coll, qs, t2, ts in rows:
+    for name, R, splits, good, bit, err, coll, qs, t2, ts, _ in rows:
         each = "".join(f"{t:9.1f}" for t in ts)
         print(f"{name:>8} {R:>2} {splits:>6} {str(good):>5} {str(bit):>7} {err:9.2e} {coll:>8} "
               f"{','.join(qs):>16} {t2:8.1f} {each} {t2 / ts[0]:6.2f} {t2 / max(ts):8.2f}")
+    if all(r[-1] for r in rows):
+        print(f"\nThe same chains by each device's own clock (us a call; TP under shard_map: each "
+              f"device's span, then the slowest against the slowest share alone)")
+        print(f"{'attn':>8} {'R':>2} {'TP us, each device':>{9 * tp}} {'share us, each device':>{9 * tp}} "
+              f"{'slowest/slowest':>15}")
+        for name, R, *_, (d2, d1s) in rows:
+            print(f"{name:>8} {R:>2} {''.join(f'{t:9.2f}' for t in d2)} "
+                  f"{''.join(f'{t:9.2f}' for t in d1s)} {max(d2) / max(d1s):15.2f}")
     return ok_all
 
 
@@ -203,6 +260,8 @@ def main():
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--chain", type=int, default=200)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--no-device-clock", dest="device_clock", action="store_false",
+                    help="skip the second table (the chains by each device's own clock)")
     ap.add_argument("--cpu-dry-run", action="store_true",
                     help="the TP part on --tp CPU host devices (context 1024, short chains)")
     args = ap.parse_args()
