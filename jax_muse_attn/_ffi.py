@@ -75,6 +75,19 @@ def order_after(x, clock):
     return jnp.where(clock[1] == jnp.uint32(0xFFFFFFFF), jnp.zeros_like(x), x)
 
 
+def clocked_chain(step, n):
+    """f(x, *rest) -> (t0, t1): n calls x = step(x, *rest) between two device_clock() reads, the
+    first feeding the chain's input (order_after), the second following its last output. For
+    timing a chain on the device (jit it; under shard_map each device reads its own clock)."""
+    def f(x, *rest):
+        t0 = device_clock(x)
+        x = order_after(x, t0)
+        for _ in range(n):
+            x = step(x, *rest)
+        return t0, device_clock(x)
+    return f
+
+
 def clock_ns(clock) -> int:
     """The ns value of a device_clock() result, on the host."""
     lo, hi = (int(v) for v in np.asarray(clock, dtype=np.uint32))

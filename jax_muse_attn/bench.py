@@ -282,19 +282,8 @@ def jax_worker(args):
     use_clock = not args.no_device_clock and platform in _ffi.CLOCK_REGISTERED
     res["device_clock"] = use_clock
 
-    def clocked_chain(step, n):
-        # The chain between two device-clock reads: the first read feeds the chain's input
-        # (order_after), the second follows its last output.
-        def f(x, *rest):
-            t0 = _ffi.device_clock(x)
-            x = _ffi.order_after(x, t0)
-            for _ in range(n):
-                x = step(x, *rest)
-            return t0, _ffi.device_clock(x)
-        return jax.jit(f)
-
     def device_chain_time(step, n, a, repeats, warm=2):
-        g1, gn = clocked_chain(step, 1), clocked_chain(step, n)
+        g1, gn = (jax.jit(_ffi.clocked_chain(step, k)) for k in (1, n))
 
         def dev(g):
             t0, t1 = g(*a)

@@ -94,16 +94,10 @@ def time_per_call(compiled_1, compiled_n, args, n, reps):
 
 
 def clocked(n, fn):
-    """fn(q, kv, bt, sl) -> q chained n times between two device-clock reads (the bench's
-    method: the first read feeds the chain through order_after, the second follows its output);
-    returns the two reads stacked, [1, 2, 2] (uint32 low / high words)."""
-    def body(q, kv, bt, sl):
-        t0 = _ffi.device_clock(q)
-        q = _ffi.order_after(q, t0)
-        for _ in range(n):
-            q = fn(q, kv, bt, sl)
-        return jnp.stack([t0, _ffi.device_clock(q)])[None]
-    return body
+    """fn(q, kv, bt, sl) -> q chained n times between two device-clock reads (_ffi.clocked_chain,
+    as the bench times); returns the two reads stacked, [1, 2, 2] (uint32 low / high words)."""
+    chained = _ffi.clocked_chain(fn, n)
+    return lambda *a: jnp.stack(chained(*a))[None]
 
 
 def device_per_call(g1, gn, args, n, reps):
@@ -210,28 +204,25 @@ def tp_part(args, devs):
             assert not hlo_collectives(c2_n.as_text()), "collectives in the timed chain"
             t2 = time_per_call(c2_1, c2_n, sargs, args.chain, args.reps)
             # One shard's share on each device alone: the sharded run ends when its slowest does.
-            t1s = []
+            # The same by each device's clock where the platform has one: the sharded chain under
+            # shard_map (each device its own reads), the share alone on each device.
+            clock = args.device_clock and _ffi.current_platform() in _ffi.CLOCK_REGISTERED
+            step = functools.partial(jax_muse_attn.verify_attention, num_splits=splits, **kw)
+            t1s, d1s = [], []
             for g in devs[:tp]:
                 share = jax.device_put(make(R, 16, 2, args.context, seed=R), g)
                 c1_1, c1_n = (jax.jit(chain(n, num_splits=splits, **kw)).lower(*share).compile()
                               for n in (1, args.chain))
                 t1s.append(time_per_call(c1_1, c1_n, share, args.chain, args.reps))
-            # The same by each device's clock: the sharded chain under shard_map (each device its
-            # own reads), the share alone on each device.
-            dev = None
-            if args.device_clock and _ffi.current_platform() in _ffi.CLOCK_REGISTERED:
-                step = functools.partial(jax_muse_attn.verify_attention, num_splits=splits, **kw)
-                smap = lambda n: jax.jit(jax.shard_map(  # noqa: E731
-                    clocked(n, step), mesh=mesh, in_specs=(specs.q, specs.kv_cache,
-                                                           specs.block_table, specs.seq_lens),
-                    out_specs=P("tp"), check_vma=False))
-                d2 = device_per_call(smap(1), smap(args.chain), sargs, args.chain, args.reps)
-                d1s = []
-                for g in devs[:tp]:
-                    share = jax.device_put(make(R, 16, 2, args.context, seed=R), g)
+                if clock:
                     d1s += device_per_call(jax.jit(clocked(1, step)), jax.jit(clocked(args.chain, step)),
                                            share, args.chain, args.reps)
-                dev = (d2, d1s)
+            dev = None
+            if clock:
+                smap = lambda n: jax.jit(jax.shard_map(  # noqa: E731
+                    clocked(n, step), mesh=mesh, in_specs=tuple(s.spec for s in ins),
+                    out_specs=P("tp"), check_vma=False))
+                dev = (device_per_call(smap(1), smap(args.chain), sargs, args.chain, args.reps), d1s)
             rows.append(("full" if window is None else f"swa{window}", R, splits, good, bit, err,
                          ",".join(coll) or "none", qshapes, t2, t1s, dev))
     print(f"\nTP{tp} on {devs[0].device_kind} x{tp}: {hq}/{hkv} heads sharded (16/2 a device), "
