@@ -11,7 +11,7 @@ namespace kb_policy {
 
 inline int default_splits(int groups, int sms, int max_tiles) {
   int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM (_CTAS_PER_SM)
-  if (full > 0 && 4 * full < max_tiles && max_tiles < 16 * full)  // _TWO_PER_SM_TILES
+  if (full > 0 && 4 * full < max_tiles && max_tiles < 32 * full)  // _TWO_PER_SM_TILES
     full = 2 * sms / groups;
   // _CHEAP_MERGE_SPLITS, two CTAs an SM, _TILES_PER_SEGMENT_PAST_ONE_WAVE
   const int worth_it = std::max({32, 2 * sms / groups, (max_tiles + 3) / 4});

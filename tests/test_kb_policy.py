@@ -110,3 +110,14 @@ def test_swa_r8_and_full_2k_r16_fill_two_ctas_an_sm_on_an_h200(monkeypatch):
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
                              head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
         assert attention.default_num_splits(s, "cuda") == want, (R, pages, window)
+
+
+def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch):
+    # _TWO_PER_SM_TILES (4, 32): full 32k R=8 and 128k R=2 at 2 CTAs an SM with 32-tile segments
+    # (benchmarks/NOTES.md version 14: 42.2 us vs 43.9 at 24 splits, 42.4 vs 43.1 at 98), 128k
+    # R=4 (63 tiles at 2 an SM) stays at 3 an SM.
+    monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda: 132)
+    for R, pages, want in [(8, 2048, 16), (2, 8192, 64), (4, 8192, 49), (16, 2048, 12)]:
+        s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
+                             head_dim=64, num_blocks=1, pages=pages, window=0, q_rank=3)
+        assert attention.default_num_splits(s, "cuda") == want, (R, pages)

@@ -7,6 +7,9 @@
 # clean and poisoned). Logs to $OUT/experiments.txt.
 #   bash benchmarks/experiments/measure.sh [PATCH_NAME ...]     (default: every *.patch)
 #   KB_ARGS="L R window splits ..." to pick the configs.   BUILD_ONLY=1: build, run nothing.
+#   FLAG_VARIANTS="name:-DKNOB=V[,-DKNOB2=W] ..." adds this tree built with those nvcc flags
+#   (the knobs of kernel_bench.cu, e.g. s6:-DMUSE_ATTN_SPLIT_STAGES_D64=6); checked like patches.
+#   NO_COLD=1: hot (graph) figures only.
 set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="${OUT:-$ROOT/device_out}"
@@ -19,14 +22,20 @@ if ((${#names[@]} == 0)); then
   for p in "$ROOT"/benchmarks/experiments/*.patch; do names+=("$(basename "$p" .patch)"); done
 fi
 ARGS=${KB_ARGS:-"32768 1 2048 0 32768 4 2048 0 32768 16 2048 0 2048 1 0 0 2048 16 0 0 8192 2 0 0 32768 1 0 0 32768 2 0 0 131072 1 0 0 131072 2 0 0 131072 4 0 0"}
-build() {  # name src_dir
-  nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} -I "$2/ffi" -o "/tmp/exp_$1" -x cu \
-    "$2/benchmarks/kernel_bench.cu" "$2/ffi/gpu/split_kernel.cu.cc" "$2/ffi/gpu/merge_kernel.cu.cc" \
-    >"/tmp/exp_$1.build.log" 2>&1 || { echo "build of $1 failed:"; cat "/tmp/exp_$1.build.log"; }
+build() {  # name src_dir [nvcc flags...]
+  local name=$1 dir=$2
+  shift 2
+  nvcc -O3 -std=c++17 --use_fast_math -arch=${KB_ARCH:-sm_90a} "$@" -I "$dir/ffi" -o "/tmp/exp_$name" -x cu \
+    "$dir/benchmarks/kernel_bench.cu" "$dir/ffi/gpu/split_kernel.cu.cc" "$dir/ffi/gpu/merge_kernel.cu.cc" \
+    >"/tmp/exp_$name.build.log" 2>&1 || { echo "build of $name failed:"; cat "/tmp/exp_$name.build.log"; }
 }
 variants=(tree)
 build tree "$ROOT" &
 if [[ -d "$ROOT/.kb_base/ffi" ]]; then variants=(base "${variants[@]}"); build base "$ROOT/.kb_base" & fi
+for fv in ${FLAG_VARIANTS:-}; do
+  IFS=, read -r -a flags <<<"${fv#*:}"
+  variants+=("${fv%%:*}"); build "${fv%%:*}" "$ROOT" "${flags[@]}" &
+done
 for n in "${names[@]}"; do
   src="/tmp/exp_src_$n"
   rm -rf "$src" && mkdir -p "$src" && cp -r "$ROOT/ffi" "$ROOT/benchmarks" "$ROOT/jax_muse_attn" "$ROOT/tests" "$src/"
@@ -49,7 +58,7 @@ for round in 1 2; do
     [[ -x /tmp/exp_$v ]] || continue
     echo "== round $round $v" | tee -a "$LOG"
     # shellcheck disable=SC2086
-    MUSE_KB_COLD=1 timeout 150 "/tmp/exp_$v" $ARGS 2>&1 | tee -a "$LOG.raw" | short "$v" | tee -a "$LOG"
+    env $([[ -z "${NO_COLD:-}" ]] && echo MUSE_KB_COLD=1) timeout 150 "/tmp/exp_$v" $ARGS 2>&1 | tee -a "$LOG.raw" | short "$v" | tee -a "$LOG"
   done
 done
 for v in "${variants[@]}"; do
