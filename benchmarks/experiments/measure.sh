@@ -5,7 +5,7 @@
 # parallel, then two rounds, variants alternating, hot (CUDA graph) and cold (MUSE_KB_COLD=1)
 # figures; then each patched build's outputs against the float64 reference (MUSE_KB_CHECK=1,
 # clean and poisoned). Logs to $OUT/experiments.txt.
-#   bash benchmarks/experiments/measure.sh [PATCH_NAME ...]     (default: every *.patch)
+#   bash benchmarks/experiments/measure.sh [PATCH_NAME ... | --no-patches]   (default: every *.patch)
 #   KB_ARGS="L R window splits ..." to pick the configs.   BUILD_ONLY=1: build, run nothing.
 #   FLAG_VARIANTS="name:-DKNOB=V[,-DKNOB2=W] ..." adds this tree built with those nvcc flags
 #   (the knobs of kernel_bench.cu, e.g. s6:-DMUSE_ATTN_SPLIT_STAGES_D64=6); checked like patches.
@@ -17,7 +17,9 @@ mkdir -p "$OUT"
 LOG="$OUT/experiments.txt"
 : >"$LOG"
 names=("$@")
-if ((${#names[@]} == 0)); then
+if [[ "${names[0]:-}" == --no-patches ]]; then  # this tree (+ FLAG_VARIANTS, .kb_base) only
+  names=()
+elif ((${#names[@]} == 0)); then
   shopt -s nullglob  # no patch waiting: this tree against .kb_base only
   for p in "$ROOT"/benchmarks/experiments/*.patch; do names+=("$(basename "$p" .patch)"); done
 fi
