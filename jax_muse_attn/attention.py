@@ -53,7 +53,8 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # 132: 29.0 vs 198: 30.6; outside the range SWA R=16 12: 11.3 vs 9: 12.1, 128k R=4 49: 76.8
 # vs 33: 77.9, 128k R=16 12: 276 vs 8: 289. The upper bound moved from 16 to 32 in version 14
 # (kernels alone, graph, two rounds): full 32k R=8 16 splits (32 tiles) 42.2 us vs 24 (22
-# tiles, 3 an SM): 43.9; 128k R=2 66 (32 tiles) 42.4 vs 98 (21 tiles): 43.1; still outside,
+# tiles, 3 an SM): 43.9; 128k R=2 66 (32 tiles; the rule picks 64, the same segments) 42.4 vs
+# 98 (21 tiles): 43.1 (through JAX, device clock: 41.0 vs 43.1 and 41.2 vs 42.9); still outside,
 # 128k R=4 33 (63 tiles) 75.2 vs 49: 73.9.
 _TWO_PER_SM_TILES = (4, 32)
 # Shorter segments too: where the count above puts more than 2 CTAs on an SM with segments of
