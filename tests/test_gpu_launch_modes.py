@@ -1,11 +1,14 @@
-"""Both merge launches of the GPU handler (ffi/gpu/launch_plan.h), forced, against the oracle.
+"""The GPU handler's launch choices (ffi/gpu/launch_plan.h), each forced, against the oracle.
 
 By default the merge is a programmatic dependent launch (PDL) on sm_90+ (where the merge was
-compiled for sm_90+) only when the split grid has at most 2 CTAs an SM, so the rest of the
-suite sees each launch only where its cases fall. Here each is forced on every case of the
+compiled for sm_90+) only when the split grid has at most 2 CTAs an SM, and the ping-pong split
+kernel (D = 64) runs only on sm_90 GPUs where segments have 16 tiles or more, so the rest of the
+suite sees each choice only where its cases fall. Here each is forced on every case of the
 split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 128, padding,
-poisoned slots): MUSE_ATTN_PDL=0 for the plain launch, =1 for PDL on every grid. The plan is
-read once a process, so each runs in its own pytest process.
+poisoned slots, one-tile and odd-tile segments): MUSE_ATTN_PDL=0 for the plain launch, =1 for
+PDL on every grid; MUSE_ATTN_PINGPONG=1 for the ping-pong split kernel wherever D = 64, =0 for
+the one-warpgroup split kernel everywhere. The plan is read once a process, so each runs in its
+own pytest process.
 """
 
 import os
@@ -26,6 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PLANS = {
     "merge_plain": {"MUSE_ATTN_PDL": "0"},
     "merge_pdl": {"MUSE_ATTN_PDL": "1"},
+    "split_pingpong": {"MUSE_ATTN_PINGPONG": "1"},
+    "split_one_team": {"MUSE_ATTN_PINGPONG": "0"},
 }
 
 

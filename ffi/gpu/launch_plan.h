@@ -18,7 +18,8 @@
 // two halves for small grids, and a PDL trigger after the split kernel's stores.
 //
 // The merge's warps a row (merge_kernel.cu.cc) are chosen here too, from the split count, the
-// rows and the multiprocessor count.
+// rows and the multiprocessor count; and the split kernel: the ping-pong one (two warpgroups a
+// CTA, split_kernel.cu.cc) on sm_90 GPUs where segments are long (kPingpongMinSegmentTiles).
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
@@ -29,13 +30,35 @@
 
 #include "gpu/kernels.h"
 #include "gpu/vendor.h"
+#include "muse_attn/geometry.h"
 
 namespace muse_attn::gpu {
 
 struct LaunchPlan {
-  bool merge_pdl = false;  // the merge is a programmatic dependent launch of the split kernel
-  int merge_warps = 1;     // warps that share one output row's segments in the merge
+  bool merge_pdl = false;       // the merge is a programmatic dependent launch of the split kernel
+  int merge_warps = 1;          // warps that share one output row's segments in the merge
+  bool split_pingpong = false;  // the ping-pong split kernel (split_kernel.cu.cc; NVIDIA, D = 64)
 };
+
+// The ping-pong split kernel (two warpgroups a CTA taking alternate tiles) where a segment can
+// have at least this many tiles and the split grid fits 2 of its CTAs an SM, on sm_90 GPUs (it
+// was tuned for the warpgroup MMA). Kernels alone on an H200 (benchmarks/NOTES.md version 14,
+// graph, us, ping-pong against split_kernel): full 128k R=1 (16 tiles a segment) 24.4 vs 25.7,
+// 128k R=2 (32) 40.05 vs 42.0, 32k R=4 (16) 24.1 vs 25.0, 32k R=8 (32) 40.05 vs 41.6; but 32k
+// R=2 (8) 13.6 vs 13.25, 32k R=1 (4) 10.1 vs 9.7 and every latency-bound config slower.
+inline constexpr int kPingpongMinSegmentTiles = 16;
+
+// Most 64-key tiles one segment of the call can have (static: the block-table width, the window
+// and the split count), as jax_muse_attn's Shapes.max_tiles cut by the split count.
+inline int max_segment_tiles(const VerifyParams& p) {
+  int64_t tiles = (int64_t{p.pages} * kPageSize + kTileKeys - 1) / kTileKeys;
+  if (p.window > 0) {  // 64-bit: window + tokens may pass INT32_MAX
+    const int64_t span = int64_t{p.window} + p.tokens - 1;
+    tiles = tiles < (span + kTileKeys - 1) / kTileKeys + 1 ? tiles : (span + kTileKeys - 1) / kTileKeys + 1;
+  }
+  const int64_t splits = p.num_splits.divisor() > 0 ? p.num_splits.divisor() : 1;
+  return max_i(static_cast<int>((tiles + splits - 1) / splits), kMinTilesPerSegment);
+}
 
 // The merge (merge_kernel.cu.cc): W warps a row, W a power of 2 up to kMergeMaxWarps; a warp
 // loads up to kMergeBatch segments at a time; a CTA is max(256 threads, one row's W warps).
@@ -107,11 +130,18 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
                                      int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
 #if defined(MUSE_ATTN_CUDA)
+  const bool small = sms > 0 && split_ctas(p) <= int64_t{2} * sms;
+  // MUSE_ATTN_PINGPONG=1 / 0 forces the ping-pong split kernel on / off at D = 64 (tests,
+  // benchmarks); read once a process.
+  static const int pingpong = env_is("MUSE_ATTN_PINGPONG", "1") ? 1 : env_is("MUSE_ATTN_PINGPONG", "0") ? 0 : -1;
+  static const bool sm90_device = device_compute_major() == 9;
+  plan.split_pingpong = p.head_dim == 64 &&
+                        (pingpong == 1 || (pingpong == -1 && sm90_device && small &&
+                                           max_segment_tiles(p) >= kPingpongMinSegmentTiles));
   static const int forced = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
   if (!sm90 || forced == 0) return plan;
-  const bool small = sms > 0 && split_ctas(p) <= int64_t{2} * sms;
   plan.merge_pdl = forced == 1 || small;
 #else
   (void)p;  // AMD: plain launches

@@ -5,11 +5,14 @@
 // query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
 // runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
 // O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
+// split_kernel_pp (NVIDIA, D = 64, below) does the same with two warpgroups a CTA taking
+// alternate tiles, where segments are long (launch_plan.h picks it).
 #include <atomic>
 #include <cstdint>
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
+#include "gpu/launch_plan.h"
 #include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "gpu/warp_mma.h"
@@ -62,6 +65,82 @@ constexpr int split_smem_bytes() {  // the stages, then the query tile
   return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
 }
 
+// One tile after its scores (w.scores): masks a boundary tile (mask.h key_is_visible, absent
+// pages), runs the online softmax on the raw scores in the exp2 domain (m kept scaled, p =
+// exp2(s * c - m); softmax_state.h rules) and accumulates P V.
+template <int D, int R>
+__device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
+                                                       const KvTile<D>& tile, int t, unsigned pages_ok,
+                                                       bool boundary, const int (&qpos)[R],
+                                                       const int (&key_min)[R], float scale_log2) {
+  using Warp = WarpAttention<D>;
+  constexpr int N = Warp::kScoresPerRow;
+  float factor[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    if (boundary) {  // branch-free: a branch a score made a masked tile cost ~1 us more
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const int k = w.key_of(i), key = t * kTileKeys + k;
+        const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= key_min[rr]) &
+                         (key <= qpos[rr]);
+        w.s[rr][i] = vis ? w.s[rr][i] : neg_inf();
+      }
+    }
+    // scale > 0: the max commutes with it; -inf stays -inf.
+    const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * scale_log2;
+    const float m_new = fmaxf(st[rr].m, mx);
+    const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
+    factor[rr] = fast_exp2(st[rr].m - m_use);               // 0 when m was -inf
+#pragma unroll
+    for (int i = 0; i < N; ++i) w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], scale_log2, -m_use));
+    // lane-partial l; reduced over the row at the end
+    st[rr].l = st[rr].l * factor[rr] + tree_reduce<N>(w.s[rr], add_op);
+    st[rr].m = m_new;
+  }
+  bool rescale = false;  // once the max settles every factor is 1: skip the multiplies
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) rescale |= factor[rr] != 1.0f;
+  if (warp_any(rescale)) {
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
+  }
+  w.accumulate(tile);
+}
+
+// The segment's partial state of the warp's rows (partials.h): m and the row's l (the lanes'
+// st[rr].l summed over the row) by each row's leader lane, o by every lane; rows past p.rows are
+// not written. The addresses once, the stores predicated (no branch a store).
+template <int D, int R>
+__device__ __forceinline__ void write_partials(const VerifyParams& p, const WarpAttention<D>& w,
+                                               const SoftmaxState (&st)[R], int group, int seg,
+                                               int row0) {
+  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
+  bool row_ok[R];
+  float* o_row[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const int row = row0 + w.row_of(rr);
+    row_ok[rr] = row < p.rows;
+    o_row[rr] = p.part_o + lay.o_offset(group, seg, row_ok[rr] ? row : 0);
+  }
+  float l_row[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) l_row[rr] = WarpAttention<D>::row_sum(st[rr].l);
+  if (w.is_row_leader()) {
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+      if (!row_ok[rr]) continue;
+      float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
+      ml[0] = st[rr].m;
+      ml[1] = l_row[rr];
+    }
+  }
+  w.for_each_out2([&](int rr, int d, float a, float b) {
+    if (row_ok[rr]) *reinterpret_cast<float2*>(o_row[rr] + d) = make_float2(a, b);
+  });
+}
+
 // NVIDIA D = 64: 3 CTAs an SM (the stages' shared memory allows 3), so at most 168 registers.
 // (HIP reads the second bound as waves an execution unit: left at 1 there.)
 #if defined(MUSE_ATTN_CUDA)
@@ -83,7 +162,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   using Warp = WarpAttention<D>;
   constexpr int kStages = Stages<D>::value;
   constexpr int R = Warp::kRowsPerLane;
-  constexpr int N = Warp::kScoresPerRow;
 
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   MUSE_TIMELINE(p, 0, 0);
@@ -201,93 +279,259 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
-    // Online softmax on raw scores: m is kept scaled (exp2 domain), p = exp2(s * c - m).
-    float factor[R];
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      if (boundary) {  // branch-free: a branch a score made a masked tile cost ~1 us more
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-          const int k = w.key_of(i), key = t * kTileKeys + k;
-          const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= key_min[rr]) &
-                           (key <= qpos[rr]);
-          w.s[rr][i] = vis ? w.s[rr][i] : neg_inf();
-        }
-      }
-      // scale > 0: the max commutes with it; -inf stays -inf.
-      const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * p.scale_log2;
-      const float m_new = fmaxf(st[rr].m, mx);
-      const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
-      factor[rr] = fast_exp2(st[rr].m - m_use);               // 0 when m was -inf
-#pragma unroll
-      for (int i = 0; i < N; ++i) w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], p.scale_log2, -m_use));
-      // lane-partial l; reduced over the row at the end
-      st[rr].l = st[rr].l * factor[rr] + tree_reduce<N>(w.s[rr], add_op);
-      st[rr].m = m_new;
-    }
-    bool rescale = false;  // once the max settles every factor is 1: skip the multiplies
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) rescale |= factor[rr] != 1.0f;
-    if (warp_any(rescale)) {
-#pragma unroll
-      for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
-    }
-    w.accumulate(tile);
+    softmax_and_accumulate(w, st, tile, t, pages_ok, boundary, qpos, key_min, p.scale_log2);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
   MUSE_TIMELINE(p, 0, 4);  // tiles done
   MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
 
-  // Each lane's rows: the addresses once, the stores predicated (no branch a store).
-  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
-  bool row_ok[R];
-  float* o_row[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    const int row = row0 + w.row_of(rr);
-    row_ok[rr] = row < p.rows;
-    o_row[rr] = p.part_o + lay.o_offset(group, seg, row_ok[rr] ? row : 0);
-  }
-  float l_row[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) l_row[rr] = Warp::row_sum(st[rr].l);
-  if (w.is_row_leader()) {
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      if (!row_ok[rr]) continue;
-      float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
-      ml[0] = st[rr].m;
-      ml[1] = l_row[rr];
-    }
-  }
-  w.for_each_out2([&](int rr, int d, float a, float b) {
-    if (row_ok[rr]) *reinterpret_cast<float2*>(o_row[rr] + d) = make_float2(a, b);
-  });
+  write_partials(p, w, st, group, seg, row0);
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
+}
+
+#if defined(MUSE_ATTN_CUDA)
+// The ping-pong split kernel (NVIDIA, D = 64; LaunchPlan::split_pingpong picks it where a
+// segment has many tiles): two warpgroups ("teams") a CTA, each with the CTA's 64 query rows and
+// its own query tile, stages, copy groups and barrier, take the segment's tiles t0 + team,
+// t0 + team + 2, ... independently; their score MMAs are issued in turn (FA3's ping-pong, two
+// named barriers), so one team's softmax runs under the other's MMAs. At the end team 1 hands
+// its (m, l, O) to team 0 through its own stages, and team 0 writes the partial. 256 threads, 2
+// CTAs an SM. On an H200, kernels alone (benchmarks/NOTES.md version 14): 3-5 % faster than
+// split_kernel where segments have 16 tiles or more at 2 CTAs an SM, slower with short ones.
+// Barrier ids as immediates (a register id makes ptxas reserve all 16); team is warp-uniform.
+template <int kId, int kCount>
+__device__ __forceinline__ void named_bar_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+template <int kId, int kCount>
+__device__ __forceinline__ void named_bar_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+constexpr int kTeamThreads = kThreads;        // a team: one warpgroup
+constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
+// Stages a team (its own, not Stages<D>: the measured choice, 2 a team beat 3 where bytes rule,
+// NOTES.md version 14), then the two teams' query tiles.
+inline constexpr int kPpStagesPerTeam = 2;
+template <int D>
+constexpr int pp_smem_bytes() {
+  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes + kSmemAlign;
+}
+
+// 2 CTAs an SM (128 registers) where it is tuned, the warpgroup MMA's sm_90a; elsewhere (the
+// mma.sync path, only run when forced) 1, so that it does not spill either.
+#if defined(MUSE_ATTN_WGMMA)
+inline constexpr int kPpMinCtasPerSm = 2;
+#else
+inline constexpr int kPpMinCtasPerSm = 1;
+#endif
+template <int D>
+__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(VerifyParams p) {
+  extern __shared__ __align__(16) char smem_raw[];
+  char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
+                                  kSmemAlign) % kSmemAlign);
+  using Warp = WarpAttention<D>;
+  constexpr int P = kPpStagesPerTeam;  // a team's stages
+  constexpr int kStages = 2 * P;
+  static_assert(P >= 2, "two stages a team at least");
+  constexpr int R = Warp::kRowsPerLane;
+
+  grid_launch_dependents();
+  MUSE_TIMELINE(p, 0, 0);  // the stamps as split_kernel's, by thread 0 (team 0)
+  MUSE_TIMELINE_CLOCK(timeline_clock0);
+  const int seg = blockIdx.x;
+  const int group = blockIdx.y;
+  const int req = group / p.num_kv_heads;
+  const int kvh = group - req * p.num_kv_heads.divisor();
+  const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
+  if (req >= real) return;
+  const int raw_len = p.seq_lens[req];
+  const int tid = threadIdx.x;
+  const int team = tid / kTeamThreads;
+  const int ttid = tid % kTeamThreads;
+  const int warp = ttid / kWarpSize;
+  const int block_row0 = kMaxRows * blockIdx.z;
+  const int row0 = block_row0 + 16 * warp;
+  const int lane = tid % kWarpSize;
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes + team * QTile<D, kMaxRows>::kBytes};
+  stage_q_tile<D, kMaxRows, kTeamThreads>(q_tile, p.q, min_i(p.rows - block_row0, kMaxRows),
+                                          [&](int r) { return ql.row_offset(req, kvh, block_row0 + r); }, ttid);
+  copy_commit();
+  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
+  Warp w(lane);
+  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
+                                             p.num_splits);
+  int t0, t1;
+  segment_tiles(g, seg, &t0, &t1);
+  if (t0 >= t1) {
+    copy_wait<0>();
+    return;
+  }
+  MUSE_TIMELINE(p, 0, 1);  // seq_lens read
+  const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
+  const int n_other = (t1 - t0) - n_team;             // the other team's
+  auto team_tile = [&](int i) { return t0 + team + 2 * i; };
+  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), kvh, p.table + req * p.table_stride, g, p.num_blocks);
+  auto tile_at = [&](int slot) { return KvTile<D>{smem + (team * P + slot) * KvTile<D>::kBytes}; };
+  unsigned present = 0;  // 4 bits a slot of this team
+  auto stage = [&](int slot, int tile, const TileEntries& entries) {
+    const TilePages pages = resolve(src, entries);
+    stage_tile<D, kTeamThreads>(tile_at(slot), src, g, tile, pages, ttid);
+    present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
+  };
+  {
+    TileEntries first[P - 1];
+#pragma unroll
+    for (int s = 0; s < P - 1; ++s)
+      if (s < n_team) first[s] = load_tile_entries(src, team_tile(s));
+#pragma unroll
+    for (int s = 0; s < P - 1; ++s) {
+      if (s < n_team) stage(s, team_tile(s), first[s]);
+      copy_commit();
+    }
+  }
+  MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
+  TileEntries next{};
+  if (P - 1 < n_team) next = load_tile_entries(src, team_tile(P - 1));
+
+  int qpos[R], key_min[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    qpos[rr] = token_position(g, token_of(row0 + w.row_of(rr)));
+    key_min[rr] = first_visible_key(qpos[rr], p.window);
+  }
+  int whole_lo, whole_hi;
+  whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
+  SoftmaxState st[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
+
+  // Barriers: 1 + team a team's own (its stages), 3 + team "this team may issue its score MMAs"
+  // (the other team arrives on it after issuing its own). Team 0 goes first. Every sync on a
+  // turn barrier is fed by exactly one arrive: team j's i-th turn by the other's arrive after
+  // its (i - 1 + j)-th MMAs, team 0's first by team 1's arrive here.
+  auto team_bar = [&] {
+    if (team == 0) named_bar_sync<1, kTeamThreads>(); else named_bar_sync<2, kTeamThreads>();
+  };
+  auto my_turn = [&] {
+    if (team == 0) named_bar_sync<3, kPpThreads>(); else named_bar_sync<4, kPpThreads>();
+  };
+  auto their_turn = [&] {
+    if (team == 0) named_bar_arrive<4, kPpThreads>(); else named_bar_arrive<3, kPpThreads>();
+  };
+  if (team == 1) named_bar_arrive<3, kPpThreads>();
+  for (int i = 0; i < n_team; ++i) {
+    const int t = team_tile(i);
+    if (i + P - 1 < n_team) stage((i + P - 1) % P, team_tile(i + P - 1), next);
+    if (i + P < n_team) next = load_tile_entries(src, team_tile(i + P));
+    copy_commit();
+    copy_wait<P - 1>();  // tile i (and the team's Q, an older group) landed
+    fence_proxy_async_shared();
+    team_bar();
+    const int slot = i % P;
+    const KvTile<D> tile = tile_at(slot);
+    if (i == 0) {
+      MUSE_TIMELINE(p, 0, 3);  // team 0's first tile (and its Q) in shared memory
+      MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
+    }
+    w.load_q(q_tile, 16 * warp);  // every tile: 4 ldmatrix, and no registers held for Q between
+    my_turn();
+    w.scores(tile);
+    if (i + team < n_other) their_turn();  // once this team's scores are in
+    const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
+    const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
+    softmax_and_accumulate(w, st, tile, t, pages_ok, boundary, qpos, key_min, p.scale_log2);
+    team_bar();  // the team's stage is refilled next iteration
+  }
+  copy_wait<0>();
+  MUSE_TIMELINE(p, 0, 4);  // team 0's tiles done
+  MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
+
+  if (t1 - t0 > 1) {  // team 1 saw tiles: its state to team 0 through team 1's stages
+    constexpr int kOut = D / 8 * 4;
+    constexpr int kSlots = 2 * R + kOut;
+    static_assert(kSlots * kTeamThreads * 4 <= P * KvTile<D>::kBytes, "fits team 1's stages");
+    float* const xfer = reinterpret_cast<float*>(smem + P * KvTile<D>::kBytes) + ttid;
+    if (team == 1) {
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr) {
+        xfer[(2 * rr) * kTeamThreads] = st[rr].m;
+        xfer[(2 * rr + 1) * kTeamThreads] = st[rr].l;  // the lane's part of the row's l
+      }
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) xfer[(2 * R + 4 * n + c) * kTeamThreads] = w.o[n][c];
+    }
+    __syncthreads();
+    if (team == 1) return;
+    float w0[R], w1[R];
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) {
+      const float m1 = xfer[(2 * rr) * kTeamThreads];
+      const MergeState ms{fmaxf(st[rr].m, m1)};
+      w0[rr] = ms.weight(st[rr].m);
+      w1[rr] = ms.weight(m1);
+      st[rr].l = st[rr].l * w0[rr] + xfer[(2 * rr + 1) * kTeamThreads] * w1[rr];
+      st[rr].m = ms.m_max;
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        w.o[n][c] = w.o[n][c] * w0[c / 2] + xfer[(2 * R + 4 * n + c) * kTeamThreads] * w1[c / 2];
+  } else if (team == 1) {
+    return;
+  }
+
+  write_partials(p, w, st, group, seg, row0);
+  MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
+  MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
+}
+#endif  // MUSE_ATTN_CUDA (the ping-pong split kernel)
+
+// Raises a kernel's dynamic shared-memory limit once a device (the attribute is per device;
+// bit i of `done`: device i done).
+template <typename Kernel>
+gpuError_t allow_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
+  int dev = 0;
+  if (gpuError_t e = current_device(&dev); e != gpuSuccess) return e;
+  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
+  if (!bit || !(done.load(std::memory_order_acquire) & bit)) {
+    if (gpuError_t e = set_max_dynamic_shared(kernel, bytes); e != gpuSuccess) return e;
+    done.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  return gpuSuccess;
 }
 
 template <int D>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int smem = split_smem_bytes<D>();
-  // Once a device (the attribute is per device; bit i: device i done).
   static std::atomic<uint64_t> done{0};
-  int dev = 0;
-  if (gpuError_t e = current_device(&dev); e != gpuSuccess) return e;
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (!bit || !(done.load(std::memory_order_acquire) & bit)) {
-    if (gpuError_t e = set_max_dynamic_shared(split_kernel<D>, smem); e != gpuSuccess) return e;
-    done.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  if (gpuError_t e = allow_smem_once(split_kernel<D>, smem, done); e != gpuSuccess) return e;
   split_kernel<D><<<split_grid(p), kThreads, smem, stream>>>(p);
   return gpuGetLastError();
 }
 
+#if defined(MUSE_ATTN_CUDA)
+gpuError_t launch_split_pingpong(const VerifyParams& p, gpuStream_t stream) {
+  constexpr int smem = pp_smem_bytes<64>();
+  static std::atomic<uint64_t> done{0};
+  if (gpuError_t e = allow_smem_once(split_kernel_pp<64>, smem, done); e != gpuSuccess) return e;
+  split_kernel_pp<64><<<split_grid(p), kPpThreads, smem, stream>>>(p);
+  return gpuGetLastError();
+}
+#endif
+
 }  // namespace
 
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  (void)plan;  // the split kernel is launched the same way in every plan
+#if defined(MUSE_ATTN_CUDA)
+  if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, stream);
+#endif
+  (void)plan;
   return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }
 

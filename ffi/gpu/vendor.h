@@ -71,21 +71,23 @@ inline gpuError_t multiprocessor_count(int* count) {
 #endif
 }
 
+// The current device's compute capability major (NVIDIA); 0 on AMD or when it cannot be asked.
+inline int device_compute_major() {
+#if defined(MUSE_ATTN_HIP)
+  return 0;
+#else
+  int dev = 0, major = 0;
+  if (current_device(&dev) != cudaSuccess) return 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return 0;
+  return major;
+#endif
+}
+
 // Programmatic dependent launch (NVIDIA sm_90+): a kernel launched with it may start while the
 // previous kernel on the stream still runs; it must call grid_dependency_wait() before it reads
 // what that kernel wrote. Elsewhere (AMD, older GPUs) an ordinary launch, and the calls below
 // do nothing.
-inline bool device_supports_pdl() {
-#if defined(MUSE_ATTN_HIP)
-  return false;
-#else
-  int dev = 0, major = 0;
-  if (current_device(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-    return false;
-  return major >= 9;
-#endif
-}
+inline bool device_supports_pdl() { return device_compute_major() >= 9; }
 
 // ---- device helpers -------------------------------------------------------------------------
 
