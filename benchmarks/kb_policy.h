@@ -9,9 +9,11 @@
 
 namespace kb_policy {
 
-inline int default_splits(int groups, int sms, int max_tiles) {
+// pingpong: attention.pingpong_split_kernel (an sm_90 GPU unless MUSE_ATTN_PINGPONG says otherwise).
+inline int default_splits(int groups, int sms, int max_tiles, bool pingpong) {
   int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM (_CTAS_PER_SM)
-  if (full > 0 && 4 * full < max_tiles && max_tiles < 32 * full)  // _TWO_PER_SM_TILES
+  const int hi = pingpong ? 128 : 32;  // _TWO_PER_SM_TILES(_PINGPONG)
+  if (full > 0 && 4 * full < max_tiles && max_tiles < hi * full)
     full = 2 * sms / groups;
   // _CHEAP_MERGE_SPLITS, two CTAs an SM, _TILES_PER_SEGMENT_PAST_ONE_WAVE
   const int worth_it = std::max({32, 2 * sms / groups, (max_tiles + 3) / 4});

@@ -54,6 +54,7 @@ using muse_attn::gpu::VerifyParams;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 bool g_check_failed = false;
+bool g_pingpong_policy = false;  // the split count as on a GPU with the ping-pong kernel (kb_policy.h)
 
 // Reads n int4 (the L2 flush of MUSE_KB_COLD); the sum goes to *sink so nothing is elided.
 __global__ void read_through(const int4* p, size_t n, int* sink) {
@@ -71,7 +72,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
   const int max_tiles = window ? std::min((L + 63) / 64, (window + kNq - 1 + 63) / 64 + 1) : (L + 63) / 64;
-  if (splits <= 0) splits = kb_policy::default_splits(R * kHkv, sms, max_tiles);
+  if (splits <= 0) splits = kb_policy::default_splits(R * kHkv, sms, max_tiles, g_pingpong_policy);
   const size_t kv_elems = blocks * kHkv * kPage * 2 * kD;
   std::vector<uint16_t> h_kv(kv_elems), h_q(size_t{kNq} * R * kHq * kD);
   std::mt19937 rng(1);
@@ -308,6 +309,13 @@ int main(int argc, char** argv) {
   const bool check = std::getenv("MUSE_KB_CHECK") != nullptr;
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  {  // as jax_muse_attn.attention.pingpong_split_kernel at D = 64
+    int major = 0;
+    CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    const char* forced = std::getenv("MUSE_ATTN_PINGPONG");
+    g_pingpong_policy = forced && (forced[0] == '0' || forced[0] == '1') && !forced[1]
+                            ? forced[0] == '1' : major == 9;
+  }
   if (argc > 1 && (argc - 1) % 4 == 0) {
     for (int i = 1; i < argc; i += 4)
       run(std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]), std::atoi(argv[i + 3]), sms, shuffle, once, poison, check);

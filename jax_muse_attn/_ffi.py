@@ -57,6 +57,15 @@ def multiprocessor_count(default: int = 132) -> int:
         return default
 
 
+def compute_capability_major() -> int:
+    """Compute capability major of the default device (NVIDIA); 0 elsewhere (AMD, CPU)."""
+    try:
+        cc = getattr(jax.devices()[0], "compute_capability", None)
+        return int(str(cc).split(".")[0]) if cc else 0
+    except Exception:  # pragma: no cover
+        return 0
+
+
 def device_clock(after):
     """The device's clock in ns when the computation reaches this point: a uint32[2] array (low,
     high; clock_ns() joins them on the host) read after `after` was computed (any array; not

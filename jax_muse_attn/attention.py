@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import os
 import warnings
 
 import jax
@@ -56,6 +57,13 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # tiles, 3 an SM): 43.9; 128k R=2 66 (32 tiles; the rule picks 64, the same segments) 42.4 vs
 # 98 (21 tiles): 43.1 (through JAX, device clock: 41.0 vs 43.1 and 41.2 vs 42.9); still outside,
 # 128k R=4 33 (63 tiles) 75.2 vs 49: 73.9.
+# With the ping-pong split kernel (NVIDIA sm_90, D = 64; ffi/gpu/launch_plan.h launches it for
+# segments of 16 tiles or more at 2 CTAs an SM) the upper bound is 128 (version 15, kernels alone,
+# graph, two rounds, benchmarks/results/h200_v15_two_per_sm_kb.txt): full 128k R=4 33 splits (63
+# tiles, ping-pong) 69.7 us vs 49 (42 tiles, 3 an SM): 73.6; 32k R=16 8 (64 tiles) 69.1-69.5 vs 12:
+# 72.6-73.3; 64k R=8 16 69.9 vs 24: 73.9-74.0; 128k R=8 16 (128 tiles) 130.3-131.5 vs 24 (86):
+# 134.3-134.4. 128k R=16 (171 tiles at 3 an SM) is past it, not measured with the ping-pong.
+_TWO_PER_SM_TILES_PINGPONG = (4, 128)
 _TWO_PER_SM_TILES = (4, 32)
 # Shorter segments too: where the count above puts more than 2 CTAs on an SM with segments of
 # fewer than _TWO_PER_SM_TILES[0] tiles, 2 CTAs an SM (the merge then a programmatic dependent
@@ -64,6 +72,18 @@ _TWO_PER_SM_TILES = (4, 32)
 # graph): SWA R=8 12 splits (3 tiles, 2 an SM) 8.27 us vs 17 (2 tiles, 3 an SM): 9.06; full 2k
 # R=16 8 (4 tiles, 2 an SM) 9.55 vs 11 (3 tiles, 3 an SM): 10.74; SWA R=16 keeps 12 (9 tiles an
 # SM; 6 splits, 12: 11.17 vs 10.91).
+
+
+def pingpong_split_kernel(shapes: _validate.Shapes, platform: str) -> bool:
+    """Whether the GPU handler can launch the ping-pong split kernel for these shapes (its rule in
+    ffi/gpu/launch_plan.h: NVIDIA compute capability 9, D = 64; MUSE_ATTN_PINGPONG=0 / 1 forces
+    it off / on), which makes longer segments at 2 CTAs an SM pay."""
+    if platform != "cuda" or shapes.head_dim != 64:
+        return False
+    forced = os.environ.get("MUSE_ATTN_PINGPONG")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return _ffi.compute_capability_major() == 9
 
 
 def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
@@ -81,7 +101,8 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         sms = _ffi.multiprocessor_count()
         one_per_sm = sms // ctas_per_split
         full = per_sm * sms // ctas_per_split  # every SM holds per_sm CTAs
-        lo, hi = _TWO_PER_SM_TILES
+        lo, hi = (_TWO_PER_SM_TILES_PINGPONG if pingpong_split_kernel(shapes, platform)
+                  else _TWO_PER_SM_TILES)
         if per_sm > 2 and full > 0 and lo * full < shapes.max_tiles < hi * full:
             full = 2 * sms // ctas_per_split
         two_per_sm = 2 * sms // ctas_per_split

@@ -15,9 +15,9 @@ HARNESS = r"""
 #include <cstdio>
 #include "kb_policy.h"
 int main() {
-  int groups, sms, max_tiles;
-  while (std::scanf("%d %d %d", &groups, &sms, &max_tiles) == 3)
-    std::printf("%d\n", kb_policy::default_splits(groups, sms, max_tiles));
+  int groups, sms, max_tiles, pingpong;
+  while (std::scanf("%d %d %d %d", &groups, &sms, &max_tiles, &pingpong) == 4)
+    std::printf("%d\n", kb_policy::default_splits(groups, sms, max_tiles, pingpong != 0));
   return 0;
 }
 """
@@ -30,13 +30,15 @@ def policy_bin(tmp_path_factory):
 
 def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
     cases, want = [], []
-    for sms, R, pages in itertools.product(
+    monkeypatch.delenv("MUSE_ATTN_PINGPONG", raising=False)
+    for sms, R, pages, major in itertools.product(
             [46, 78, 108, 114, 132, 144, 304], [1, 2, 3, 4, 5, 8, 13, 16, 32, 64],
-            [1, 4, 8, 17, 64, 128, 257, 512, 1000, 2048, 4096, 8192, 16384]):
+            [1, 4, 8, 17, 64, 128, 257, 512, 1000, 2048, 4096, 8192, 16384], [8, 9]):
         monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda sms=sms: sms)
+        monkeypatch.setattr(attention._ffi, "compute_capability_major", lambda major=major: major)
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                              num_blocks=1, pages=pages, window=0, q_rank=3)
-        cases.append(f"{s.groups} {sms} {s.max_tiles}")
+        cases.append(f"{s.groups} {sms} {s.max_tiles} {int(major == 9)}")
         want.append(attention.default_num_splits(s, "cuda"))
     got = subprocess.run([policy_bin], input="\n".join(cases) + "\n", capture_output=True,
                          text=True, check=True).stdout.split()
@@ -44,6 +46,7 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
     bad = [(c, w, int(g)) for c, w, g in zip(cases, want, got) if int(g) != w]
     assert not bad, f"{len(bad)} of {len(cases)} differ (groups sms max_tiles, python, C++): {bad[:10]}"
     assert len(set(want)) > 20  # the grid reaches many different split counts
+    assert want[0::2] != want[1::2]  # and the ping-pong rule moves some of them
 
 
 def _segments(num_tiles, splits, min_tiles=1):
@@ -112,12 +115,32 @@ def test_swa_r8_and_full_2k_r16_fill_two_ctas_an_sm_on_an_h200(monkeypatch):
         assert attention.default_num_splits(s, "cuda") == want, (R, pages, window)
 
 
-def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch):
+@pytest.mark.parametrize("major", [8, 9])
+def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch, major):
     # _TWO_PER_SM_TILES (4, 32): full 32k R=8 and 128k R=2 at 2 CTAs an SM with 32-tile segments
     # (benchmarks/NOTES.md version 14: 42.2 us vs 43.9 at 24 splits, 42.4 vs 43.1 at 98), 128k
-    # R=4 (63 tiles at 2 an SM) stays at 3 an SM.
+    # R=4 (63 tiles at 2 an SM) stays at 3 an SM without the ping-pong kernel; with it
+    # (_TWO_PER_SM_TILES_PINGPONG (4, 128), an sm_90 GPU) takes 2 an SM (version 15: 69.7 us vs
+    # 73.6 at 49), and so do 32k R=16 (43 tiles at 3 an SM, 64 at 2: 69.1 vs 72.6) and 128k R=8
+    # (86 / 128 tiles: 130.3 vs 134.3). 128k R=16 (171 tiles at 3 an SM) stays at 3 an SM.
+    monkeypatch.delenv("MUSE_ATTN_PINGPONG", raising=False)
     monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda: 132)
-    for R, pages, want in [(8, 2048, 16), (2, 8192, 64), (4, 8192, 49), (16, 2048, 12)]:
+    monkeypatch.setattr(attention._ffi, "compute_capability_major", lambda: major)
+    pp = major == 9
+    for R, pages, want in [(8, 2048, 16), (2, 8192, 64), (4, 8192, 33 if pp else 49),
+                           (8, 8192, 16 if pp else 24), (16, 2048, 8 if pp else 12), (16, 8192, 12)]:
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
                              head_dim=64, num_blocks=1, pages=pages, window=0, q_rank=3)
         assert attention.default_num_splits(s, "cuda") == want, (R, pages)
+    # MUSE_ATTN_PINGPONG forces the rule as it forces the kernel (ffi/gpu/launch_plan.h); other
+    # platforms and head sizes never use it.
+    s = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
+                         num_blocks=1, pages=8192, window=0, q_rank=3)
+    monkeypatch.setenv("MUSE_ATTN_PINGPONG", "0")
+    assert attention.default_num_splits(s, "cuda") == 49
+    monkeypatch.setenv("MUSE_ATTN_PINGPONG", "1")
+    assert attention.default_num_splits(s, "cuda") == 33
+    assert not attention.pingpong_split_kernel(s, "rocm")
+    s128 = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2,
+                            head_dim=128, num_blocks=1, pages=8192, window=0, q_rank=3)
+    assert not attention.pingpong_split_kernel(s128, "cuda")
