@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,11 +59,21 @@ def multiprocessor_count(default: int = 132) -> int:
         return default
 
 
+# sm_90 GPUs by name, where a JAX build's device has no compute_capability attribute.
+_SM90_KINDS = re.compile(r"\b(GH200|H100|H200|H800|H20)\b")
+
+
 def compute_capability_major() -> int:
-    """Compute capability major of the default device (NVIDIA); 0 elsewhere (AMD, CPU)."""
+    """Compute capability major of the default device (NVIDIA: its compute_capability, e.g. "9.0",
+    else 9 for an sm_90 GPU's name); 0 elsewhere (AMD, CPU) or when it cannot be told."""
     try:
-        cc = getattr(jax.devices()[0], "compute_capability", None)
-        return int(str(cc).split(".")[0]) if cc else 0
+        if current_platform() != "CUDA":
+            return 0
+        device = jax.devices()[0]
+        cc = getattr(device, "compute_capability", None)
+        if cc:
+            return int(str(cc).split(".")[0])
+        return 9 if _SM90_KINDS.search(str(getattr(device, "device_kind", ""))) else 0
     except Exception:  # pragma: no cover
         return 0
 

@@ -77,8 +77,9 @@ _TWO_PER_SM_TILES = (4, 32)
 def pingpong_split_kernel(shapes: _validate.Shapes, platform: str) -> bool:
     """Whether the GPU handler can launch the ping-pong split kernel for these shapes (its rule in
     ffi/gpu/launch_plan.h: NVIDIA compute capability 9, D = 64; MUSE_ATTN_PINGPONG=0 / 1 forces
-    it off / on), which makes longer segments at 2 CTAs an SM pay."""
-    if platform != "cuda" or shapes.head_dim != 64:
+    it off / on), which makes longer segments at 2 CTAs an SM pay. platform: XLA's name
+    ("CUDA", as _ffi.current_platform() gives it; any case)."""
+    if platform.upper() != "CUDA" or shapes.head_dim != 64:
         return False
     forced = os.environ.get("MUSE_ATTN_PINGPONG")
     if forced in ("0", "1"):

@@ -12,6 +12,7 @@ own pytest process.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -43,3 +44,23 @@ def test_forced_launch_plan(plan):
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, f"{plan}: {PLANS[plan]}\n{tail}"
     assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], tail
+
+
+def test_split_count_sees_the_gpu_the_launch_plan_sees(monkeypatch):
+    # The split count (jax_muse_attn/attention.py) takes longer segments at 2 CTAs an SM where the
+    # launch plan (ffi/gpu/launch_plan.h) will run the ping-pong split kernel: an sm_90 GPU, D = 64.
+    # Both must read the same device, through the platform name XLA gives ("CUDA") and JAX's
+    # device; version 15's first grid ran with a check of "cuda" that never matched.
+    from jax_muse_attn import _ffi, _validate, attention
+    monkeypatch.delenv("MUSE_ATTN_PINGPONG", raising=False)
+    platform, major = _ffi.current_platform(), _ffi.compute_capability_major()
+    kind = jax.devices()[0].device_kind
+    s = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
+                         num_blocks=1, pages=8192, window=0, q_rank=3)
+    if platform == "CUDA":
+        assert major >= 5, (kind, major)  # every GPU JAX runs on has one
+        if re.search(r"\bH(100|200|800)\b", kind):
+            assert major == 9, (kind, major)
+        assert attention.pingpong_split_kernel(s, platform) == (major == 9), (kind, major)
+    else:
+        assert not attention.pingpong_split_kernel(s, platform), (platform, kind)

@@ -39,7 +39,7 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                              num_blocks=1, pages=pages, window=0, q_rank=3)
         cases.append(f"{s.groups} {sms} {s.max_tiles} {int(major == 9)}")
-        want.append(attention.default_num_splits(s, "cuda"))
+        want.append(attention.default_num_splits(s, "CUDA"))  # XLA's name, as _ffi gives it
     got = subprocess.run([policy_bin], input="\n".join(cases) + "\n", capture_output=True,
                          text=True, check=True).stdout.split()
     assert len(got) == len(want)
@@ -140,7 +140,31 @@ def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch, 
     assert attention.default_num_splits(s, "cuda") == 49
     monkeypatch.setenv("MUSE_ATTN_PINGPONG", "1")
     assert attention.default_num_splits(s, "cuda") == 33
-    assert not attention.pingpong_split_kernel(s, "rocm")
+    assert not attention.pingpong_split_kernel(s, "ROCM")
+    monkeypatch.delenv("MUSE_ATTN_PINGPONG")
+    assert attention.pingpong_split_kernel(s, "CUDA") == pp  # XLA's platform name
+    assert attention.default_num_splits(s, "CUDA") == (33 if pp else 49)
     s128 = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2,
                             head_dim=128, num_blocks=1, pages=8192, window=0, q_rank=3)
     assert not attention.pingpong_split_kernel(s128, "cuda")
+
+
+class _FakeDevice:
+    def __init__(self, kind, cc=None):
+        self.device_kind = kind
+        if cc is not None:
+            self.compute_capability = cc
+
+
+@pytest.mark.parametrize("kind, cc, want", [
+    ("NVIDIA H200", "9.0", 9), ("NVIDIA A100-SXM4-80GB", "8.0", 8), ("NVIDIA B200", "10.0", 10),
+    ("NVIDIA H200", None, 9), ("NVIDIA H100 80GB HBM3", None, 9), ("NVIDIA A100-SXM4-80GB", None, 0)])
+def test_compute_capability_from_jax_device(monkeypatch, kind, cc, want):
+    # _ffi.compute_capability_major: JAX's compute_capability where the device has it, else 9 for
+    # an sm_90 GPU's name; 0 off CUDA.
+    from jax_muse_attn import _ffi
+    monkeypatch.setattr(_ffi, "current_platform", lambda: "CUDA")
+    monkeypatch.setattr(_ffi.jax, "devices", lambda: [_FakeDevice(kind, cc)])
+    assert _ffi.compute_capability_major() == want
+    monkeypatch.setattr(_ffi, "current_platform", lambda: "ROCM")
+    assert _ffi.compute_capability_major() == 0
