@@ -795,6 +795,8 @@ def build_summary(cfgs, modes, torch_res):
             row[f"ours_dev_{m}_us"] = rc.get("ours_device", {}).get("per_call_us")
             row[f"ours_cold_{m}_us"] = rc.get("ours_cold", {}).get("per_call_us")
             row[f"check_{m}"] = rc.get("check")
+            if rc.get("num_splits") is not None:  # the split count the call ran with
+                row.setdefault("num_splits", rc["num_splits"])
             if "reference" in rc:
                 row["reference_us"] = rc["reference"]["per_call_us"]
         row["status"] = ("ok" if all(s == "ok" for s in status) else "FAIL" if "FAIL" in status
@@ -820,13 +822,13 @@ def build_summary(cfgs, modes, torch_res):
 
 def format_table(rows, mode_names, copy):
     m0 = mode_names[0]
-    hdr = ["config", "KV MB"] + [f"ours {m} µs" for m in mode_names] + [
+    hdr = ["config", "KV MB", "splits"] + [f"ours {m} µs" for m in mode_names] + [
         "GB/s", "% copy", "×FI hot", f"ours {m0} dev µs", "% copy dev", "×FI dev", "FI hot µs",
         "FI cold µs", "ours cold µs", "ref µs", "check"]
     lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in rows:
         fail = r["status"] != "ok"
-        cells = [r["config"], _fmt(r["kv_mb"])]
+        cells = [r["config"], _fmt(r["kv_mb"]), _fmt(r.get("num_splits"), 0)]
         cells += ["FAIL" if fail and r.get(f"check_{m}") and not r[f"check_{m}"].get("ok") else _fmt(r.get(f"ours_{m}_us"))
                   for m in mode_names]
         fic = r.get("fi_check")

@@ -29,7 +29,16 @@ def test_bench_smoke(tmp_path):
         assert dev["n"] >= 2 and len(dev["dN_s"]) == 2 and min(dev["dN_s"]) > 0
         assert row[f"ours_dev_{mode}_us"] is not None
     assert row["reference_us"] is not None
-    assert (tmp_path / "smoke.md").exists()
+    # The split count the call ran with (as verify_attention picks it), in the summary and table.
+    from jax_muse_attn import _ffi, _validate, attention
+    cfg = bench.parse_config("full1k-r1")
+    shapes = _validate.Shapes(num_requests=cfg.R, tokens=8, num_q_heads=16, num_kv_heads=2,
+                              head_dim=64, num_blocks=1, pages=cfg.L // 16, window=0, q_rank=3)
+    assert row["num_splits"] == attention.default_num_splits(shapes, _ffi.current_platform())
+    header, _, first = (tmp_path / "smoke.md").read_text().split("\n")[2:5]
+    cells = dict(zip([h.strip() for h in header.strip("|").split("|")],
+                     [c.strip() for c in first.strip("|").split("|")]))
+    assert cells["splits"] == str(row["num_splits"])
     # --render: the same summary and table from the saved raw figures, nothing measured.
     again = tmp_path / "again"
     again.mkdir()
