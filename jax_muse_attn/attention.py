@@ -62,7 +62,7 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # graph, two rounds, benchmarks/results/h200_v15_two_per_sm_kb.txt): full 128k R=4 33 splits (63
 # tiles, ping-pong) 69.7 us vs 49 (42 tiles, 3 an SM): 73.6; 32k R=16 8 (64 tiles) 69.1-69.5 vs 12:
 # 72.6-73.3; 64k R=8 16 69.9 vs 24: 73.9-74.0; 128k R=8 16 (128 tiles) 130.3-131.5 vs 24 (86):
-# 134.3-134.4. 128k R=16 (171 tiles at 3 an SM) is past it, not measured with the ping-pong.
+# 134.3-134.4; past it, 128k R=16 8 (256 tiles) 260.4-262.7 vs 12 (171 tiles, 3 an SM): 257.3-257.5.
 _TWO_PER_SM_TILES_PINGPONG = (4, 128)
 _TWO_PER_SM_TILES = (4, 32)
 # Shorter segments too: where the count above puts more than 2 CTAs on an SM with segments of
