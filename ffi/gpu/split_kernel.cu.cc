@@ -65,14 +65,70 @@ constexpr int split_smem_bytes() {  // the stages, then the query tile
   return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
 }
 
+// The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
+// (request, KV head), and its block of kMaxRows query rows blockIdx.z.
+struct SplitCta {
+  int seg, group, req, kvh, block_row0;
+};
+__device__ __forceinline__ SplitCta split_cta(const VerifyParams& p) {
+  SplitCta c;
+  c.seg = blockIdx.x;
+  c.group = blockIdx.y;
+  c.req = c.group / p.num_kv_heads;
+  c.kvh = c.group - c.req * p.num_kv_heads.divisor();
+  c.block_row0 = kMaxRows * blockIdx.z;
+  return c;
+}
+
+// The CTA's query rows into q_tile by kStageThreads threads (tid: the thread's index among
+// them), in a copy group of their own; rows past the group's are zero-filled. On NVIDIA the
+// copies fly while seq_lens and the block ids are read (Q does not depend on them).
+template <int D, int kStageThreads>
+__device__ __forceinline__ void stage_query_rows(const VerifyParams& p, const SplitCta& c,
+                                                 const QTile<D, kMaxRows>& q_tile, int tid) {
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  stage_q_tile<D, kMaxRows, kStageThreads>(
+      q_tile, p.q, min_i(p.rows - c.block_row0, kMaxRows),
+      [&](int r) { return ql.row_offset(c.req, c.kvh, c.block_row0 + r); }, tid);
+  copy_commit();
+}
+
+// What the mask (mask.h) needs of a lane's R rows: the keys row rr sees, [key_min[rr],
+// qpos[rr]] (key_is_visible), and the tiles [whole_lo, whole_hi) that every token sees whole
+// (whole_tiles), where the mask is skipped when all 4 pages are present.
+template <int R>
+struct LaneMask {
+  int qpos[R], key_min[R];
+  int whole_lo, whole_hi;
+  // Tile t, its present pages pages_ok (4 bits): a boundary tile, the mask needed.
+  __device__ __forceinline__ bool boundary(int t, unsigned pages_ok) const {
+    return pages_ok != 0xFu || t < whole_lo || t >= whole_hi;
+  }
+};
+// The warp's rows start at row0 of the group; a query row's token, without branches (rows past
+// the group's are clamped: their scores are never written).
+template <int D>
+__device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
+    const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0) {
+  constexpr int R = WarpAttention<D>::kRowsPerLane;
+  LaneMask<R> m;
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    m.qpos[rr] = token_position(g, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
+    m.key_min[rr] = first_visible_key(m.qpos[rr], p.window);
+  }
+  whole_tiles(g.ctx, p.tokens, p.window, &m.whole_lo, &m.whole_hi);
+  return m;
+}
+
 // One tile after its scores (w.scores): masks a boundary tile (mask.h key_is_visible, absent
 // pages), runs the online softmax on the raw scores in the exp2 domain (m kept scaled, p =
 // exp2(s * c - m); softmax_state.h rules) and accumulates P V.
 template <int D, int R>
 __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                        const KvTile<D>& tile, int t, unsigned pages_ok,
-                                                       bool boundary, const int (&qpos)[R],
-                                                       const int (&key_min)[R], float scale_log2) {
+                                                       bool boundary, const LaneMask<R>& mask,
+                                                       float scale_log2) {
   using Warp = WarpAttention<D>;
   constexpr int N = Warp::kScoresPerRow;
   float factor[R];
@@ -82,8 +138,8 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         const int k = w.key_of(i), key = t * kTileKeys + k;
-        const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= key_min[rr]) &
-                         (key <= qpos[rr]);
+        const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= mask.key_min[rr]) &
+                         (key <= mask.qpos[rr]);
         w.s[rr][i] = vis ? w.s[rr][i] : neg_inf();
       }
     }
@@ -166,40 +222,28 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   MUSE_TIMELINE(p, 0, 0);
   MUSE_TIMELINE_CLOCK(timeline_clock0);
-  const int seg = blockIdx.x;
-  const int group = blockIdx.y;
-  const int req = group / p.num_kv_heads;
-  const int kvh = group - req * p.num_kv_heads.divisor();
+  const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  if (req >= real) return;  // padding: nothing read, the merge writes zero rows
-  const int raw_len = p.seq_lens[req];  // in flight while Q's copies are issued
+  if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
+  const int raw_len = p.seq_lens[c.req];  // in flight while Q's copies are issued
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
-  const int block_row0 = kMaxRows * blockIdx.z;  // the CTA's first row of the group
-  const int row0 = block_row0 + 16 * warp;       // the warp's
+  const int row0 = c.block_row0 + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
-  // Q first, in its own copy group (the request is real; Q does not depend on seq_lens): on
-  // NVIDIA its copies fly while seq_lens and the block ids are read. Rows past the group's are
-  // zero-filled.
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  // Q first (the request is real).
   const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes};
-  stage_q_tile<D, kMaxRows, kThreads>(q_tile, p.q, min_i(p.rows - block_row0, kMaxRows),
-                                      [&](int r) { return ql.row_offset(req, kvh, block_row0 + r); }, tid);
-  copy_commit();
-  // Query row -> token, without branches (rows past the group's are clamped: their scores are
-  // never written).
-  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
+  stage_query_rows<D, kThreads>(p, c, q_tile, tid);
   Warp w(lane);
   const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
                                              p.num_splits);
   int t0, t1;
-  segment_tiles(g, seg, &t0, &t1);
+  segment_tiles(g, c.seg, &t0, &t1);
   if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
     copy_wait<0>();
     return;
   }
   MUSE_TIMELINE(p, 0, 1);  // seq_lens read
-  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), kvh, p.table + req * p.table_stride, g, p.num_blocks);
+  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
   // present: 4 bits a stage, the present_mask() of the tile staged there (absent pages' keys
@@ -238,18 +282,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   TileEntries next{};
   if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
 
-  // The keys a lane's rows see: [key_min[rr], qpos[rr]] (mask.h: key_is_visible).
-  int qpos[R], key_min[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    qpos[rr] = token_position(g, token_of(row0 + w.row_of(rr)));
-    key_min[rr] = first_visible_key(qpos[rr], p.window);
-  }
-  // Tiles [whole_lo, whole_hi) are seen whole by every token (mask.h: whole_tiles); there the
-  // mask is skipped when all 4 pages are present.
-  int whole_lo, whole_hi;
-  whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
-
+  const LaneMask<R> mask = lane_mask(p, g, w, row0);
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
@@ -278,15 +311,14 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     }
     w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
-    const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
-    softmax_and_accumulate(w, st, tile, t, pages_ok, boundary, qpos, key_min, p.scale_log2);
+    softmax_and_accumulate(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
   MUSE_TIMELINE(p, 0, 4);  // tiles done
   MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
 
-  write_partials(p, w, st, group, seg, row0);
+  write_partials(p, w, st, c.group, c.seg, row0);
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
 }
@@ -340,31 +372,23 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   grid_launch_dependents();
   MUSE_TIMELINE(p, 0, 0);  // the stamps as split_kernel's, by thread 0 (team 0)
   MUSE_TIMELINE_CLOCK(timeline_clock0);
-  const int seg = blockIdx.x;
-  const int group = blockIdx.y;
-  const int req = group / p.num_kv_heads;
-  const int kvh = group - req * p.num_kv_heads.divisor();
+  const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  if (req >= real) return;
-  const int raw_len = p.seq_lens[req];
+  if (c.req >= real) return;
+  const int raw_len = p.seq_lens[c.req];
   const int tid = threadIdx.x;
   const int team = tid / kTeamThreads;
   const int ttid = tid % kTeamThreads;
   const int warp = ttid / kWarpSize;
-  const int block_row0 = kMaxRows * blockIdx.z;
-  const int row0 = block_row0 + 16 * warp;
+  const int row0 = c.block_row0 + 16 * warp;
   const int lane = tid % kWarpSize;
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes + team * QTile<D, kMaxRows>::kBytes};
-  stage_q_tile<D, kMaxRows, kTeamThreads>(q_tile, p.q, min_i(p.rows - block_row0, kMaxRows),
-                                          [&](int r) { return ql.row_offset(req, kvh, block_row0 + r); }, ttid);
-  copy_commit();
-  auto token_of = [&](int row) { return min_i(row, p.rows - 1) / p.qpk; };
+  stage_query_rows<D, kTeamThreads>(p, c, q_tile, ttid);  // each team its own copy
   Warp w(lane);
   const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
                                              p.num_splits);
   int t0, t1;
-  segment_tiles(g, seg, &t0, &t1);
+  segment_tiles(g, c.seg, &t0, &t1);
   if (t0 >= t1) {
     copy_wait<0>();
     return;
@@ -373,7 +397,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
   const int n_other = (t1 - t0) - n_team;             // the other team's
   auto team_tile = [&](int i) { return t0 + team + 2 * i; };
-  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), kvh, p.table + req * p.table_stride, g, p.num_blocks);
+  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int slot) { return KvTile<D>{smem + (team * P + slot) * KvTile<D>::kBytes}; };
   unsigned present = 0;  // 4 bits a slot of this team
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
@@ -396,14 +420,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   TileEntries next{};
   if (P - 1 < n_team) next = load_tile_entries(src, team_tile(P - 1));
 
-  int qpos[R], key_min[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    qpos[rr] = token_position(g, token_of(row0 + w.row_of(rr)));
-    key_min[rr] = first_visible_key(qpos[rr], p.window);
-  }
-  int whole_lo, whole_hi;
-  whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
+  const LaneMask<R> mask = lane_mask(p, g, w, row0);
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
@@ -441,8 +458,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
     w.scores(tile);
     if (i + team < n_other) their_turn();  // once this team's scores are in
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
-    const bool boundary = pages_ok != 0xFu || t < whole_lo || t >= whole_hi;  // mask needed
-    softmax_and_accumulate(w, st, tile, t, pages_ok, boundary, qpos, key_min, p.scale_log2);
+    softmax_and_accumulate(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     team_bar();  // the team's stage is refilled next iteration
   }
   copy_wait<0>();
@@ -486,7 +502,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
     return;
   }
 
-  write_partials(p, w, st, group, seg, row0);
+  write_partials(p, w, st, c.group, c.seg, row0);
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
 }
