@@ -896,22 +896,33 @@ def make_plot(rows, path, mode_names):
     return None
 
 
+# --budget-s parts: the first JAX worker (it also times the reference) 1.3, each other JAX worker
+# 1, the torch worker (FlashInfer and the floors, ~10-15 s on an H200) this much.
+TORCH_BUDGET_PART = 0.15
+
+
+def worker_deadline(now, end, parts):
+    """When the worker starting now must stop starting configs: its share, parts[0] of sum(parts)
+    (its own and the parts of the workers after it), of the time left until end."""
+    left = max(0.0, end - now)
+    return now + left * parts[0] / sum(parts)
+
+
 def parent(args):
     progress = _Progress()
     os.makedirs(args.out, exist_ok=True)
     started = datetime.datetime.now().isoformat(timespec="seconds")
     modes, plan, errors = {}, None, []
     t_start = time.time()
-    # --budget-s: the JAX workers share 80 % (the first, which also times the reference, 1.3
-    # parts, the others 1 each), the torch worker gets the rest (a worker skips the configs it
-    # has no time left for, so a run fits a wall-clock limit).
-    parts = [1.3] + [1.0] * (len(args.mode_list) - 1)
-    shares = [0.8 * x / sum(parts) for x in parts] + [0.2]
+    # --budget-s: workers run one after the other; each, when it starts, gets its part of the time
+    # left (worker_deadline), so what one leaves unused goes to those after it.
+    parts = [1.3] + [1.0] * (len(args.mode_list) - 1) + [TORCH_BUDGET_PART]
+    t_end = t_start + args.budget_s if args.budget_s else None
     with tempfile.TemporaryDirectory() as tmp:
         for i, m in enumerate(args.mode_list):
             extra = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + MODES[m]).strip()}
-            if args.budget_s:
-                extra["_deadline_at"] = t_start + args.budget_s * sum(shares[: i + 1])
+            if t_end:
+                extra["_deadline_at"] = worker_deadline(time.time(), t_end, parts[i:])
             if i == 0:
                 extra["_time_reference"] = True
             res, p = _run_worker(m, args, plan, progress, tmp, extra)
@@ -934,8 +945,8 @@ def parent(args):
             if args.flashinfer_path and os.path.isdir(args.flashinfer_path):  # torch worker only
                 extra["PYTHONPATH"] = os.pathsep.join(
                     [args.flashinfer_path] + [x for x in [os.environ.get("PYTHONPATH")] if x])
-            if args.budget_s:
-                extra["_deadline_at"] = t_start + args.budget_s
+            if t_end:
+                extra["_deadline_at"] = t_end
             torch_res, _ = _run_worker("torch", args, plan, progress, tmp, extra)
             errors += [f"[torch] {e}" for e in torch_res.get("errors", [])]
             while progress.n < progress.total:

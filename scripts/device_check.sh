@@ -9,7 +9,7 @@
 #   selftest   compute-sanitizer on a planted OOB write / race: does the tool work here?
 #   memcheck   compute-sanitizer memcheck on scripts/sanitize_cases.py (SANITIZE_QUICK=1)
 #   racecheck  compute-sanitizer racecheck on the same
-#   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 600); FlashInfer is
+#   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 550); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
 #   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX; KB_FLAGS: nvcc
 #              flags such as -DMUSE_ATTN_MIN_TILES_PER_SEGMENT=1, KB_ARGS: L R window splits ...); kbpdl / kbnopdl:
@@ -81,7 +81,7 @@ for s in "${steps[@]}"; do
         python3 -c "import tarfile; tarfile.open('$ROOT/.fi/flashinfer_site.tar.gz').extractall('/tmp/site', filter='fully_trusted')"
       fi
       # shellcheck disable=SC2086
-      run_step bench "${BENCH_LIMIT:-580}" python3 -m jax_muse_attn.bench ${BENCH_ARGS:---budget-s 600} --out "$OUT/bench" ;;
+      run_step bench "${BENCH_LIMIT:-580}" python3 -m jax_muse_attn.bench ${BENCH_ARGS:---budget-s 550} --out "$OUT/bench" ;;
     kb)  # the kernels alone (benchmarks/kernel_bench.cu), default grid
       # shellcheck disable=SC2086
       build_kernel_bench /tmp/kernel_bench kb_build ${KB_FLAGS:-}
