@@ -170,3 +170,22 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
         assert np.isfinite(o).all(), what
         assert not o[5 * NQ:].any(), f"padding rows not zero: {what}"
         np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
+
+
+# Segments of exactly two tiles (the split kernel takes them as one 128-key step on sm_90a):
+# every kind of boundary in either tile -- the causal edge of the new tokens, the window's lower
+# edge, a last tile that is partly past seq_len, absent pages (out-of-range ids) -- and segments
+# of one tile beside them (a request's last), against the float64 oracle, bitwise repeatable.
+# (Every case has at most 2 tiles a segment and few CTAs, so the launch plan picks that kernel.)
+@pytest.mark.parametrize("window,splits", [(None, 4), (None, 5), (100, 2), (64, 2), (130, 2)],
+                         ids=["full-4", "full-5", "swa100-2", "swa64-2", "swa130-2"])
+def test_two_tile_segments(window, splits):
+    rng = np.random.default_rng(7 + splits + (window or 0))
+    lens = [257, 300, 320, 383, 384, 385, 449, 512, 200, 140, 9]
+    c = make_case(rng, len(lens), lens, P=32, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
+    ref = c.oracle()
+    kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+    out = c.run(BACKEND, **kw)
+    what = f"window={window} splits={splits}"
+    assert_close(out, ref, q_shape=c.q.shape, what=what)
+    np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))

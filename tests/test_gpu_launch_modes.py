@@ -7,8 +7,9 @@ suite sees each choice only where its cases fall. Here each is forced on every c
 split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 128, padding,
 poisoned slots, one-tile and odd-tile segments): MUSE_ATTN_PDL=0 for the plain launch, =1 for
 PDL on every grid; MUSE_ATTN_PINGPONG=1 for the ping-pong split kernel wherever D = 64, =0 for
-the one-warpgroup split kernel everywhere. The plan is read once a process, so each runs in its
-own pytest process.
+the one-warpgroup split kernel everywhere; MUSE_ATTN_PAIRS=1 for the split kernel that takes
+two-tile segments as one step wherever D = 64 (the ping-pong kernel off), =0 for never. The plan
+is read once a process, so each runs in its own pytest process.
 """
 
 import os
@@ -32,6 +33,8 @@ PLANS = {
     "merge_pdl": {"MUSE_ATTN_PDL": "1"},
     "split_pingpong": {"MUSE_ATTN_PINGPONG": "1"},
     "split_one_team": {"MUSE_ATTN_PINGPONG": "0"},
+    "split_pairs": {"MUSE_ATTN_PAIRS": "1", "MUSE_ATTN_PINGPONG": "0"},
+    "split_no_pairs": {"MUSE_ATTN_PAIRS": "0"},
 }
 
 

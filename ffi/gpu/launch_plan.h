@@ -19,7 +19,8 @@
 //
 // The merge's warps a row (merge_kernel.cu.cc) are chosen here too, from the split count, the
 // rows and the multiprocessor count; and the split kernel: the ping-pong one (two warpgroups a
-// CTA, split_kernel.cu.cc) on sm_90 GPUs where segments are long (kPingpongMinSegmentTiles).
+// CTA, split_kernel.cu.cc) on sm_90 GPUs where segments are long (kPingpongMinSegmentTiles), the
+// one that takes two-tile segments as one step where latency rules (split_pairs).
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
@@ -38,6 +39,7 @@ struct LaunchPlan {
   bool merge_pdl = false;       // the merge is a programmatic dependent launch of the split kernel
   int merge_warps = 1;          // warps that share one output row's segments in the merge
   bool split_pingpong = false;  // the ping-pong split kernel (split_kernel.cu.cc; NVIDIA, D = 64)
+  bool split_pairs = false;     // split_kernel taking two-tile segments as one step (D = 64)
 };
 
 // The ping-pong split kernel (two warpgroups a CTA taking alternate tiles) where a segment can
@@ -47,6 +49,16 @@ struct LaunchPlan {
 // 128k R=2 (32) 40.05 vs 42.0, 32k R=4 (16) 24.1 vs 25.0, 32k R=8 (32) 40.05 vs 41.6; but 32k
 // R=2 (8) 13.6 vs 13.25, 32k R=1 (4) 10.1 vs 9.7 and every latency-bound config slower.
 inline constexpr int kPingpongMinSegmentTiles = 16;
+
+// split_kernel<64, true> (a segment of exactly two tiles as one 128-key step: both tiles' score
+// MMAs in one round trip, one softmax, both P V in one round trip; the warpgroup MMA only) where
+// no segment has more than two tiles and most SMs hold one split CTA. Kernels alone on an H200
+// (benchmarks/NOTES.md version 16, graph, us, against split_kernel<64, false>): SWA R=2 5.15 vs
+// 5.33, SWA R=4 (136 CTAs) 5.78-5.81 vs 6.17-6.19, 2k R=2 5.27 vs 5.37, 2k R=4 (128 CTAs) 5.82
+// vs 5.95, 8k R=1 6.06 vs 6.10; but 8k R=2 (256 CTAs, 2 an SM) 7.77 vs 7.31 (a CTA waits for
+// both tiles before any math), and the step compiled into every split_kernel cost 0.5 us where
+// segments are longer (its registers, 145 -> 165: 32k R=1 10.30 vs 9.72).
+inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs
 
 // Most 64-key tiles one segment of the call can have (static: the block-table width, the window
 // and the split count), as jax_muse_attn's Shapes.max_tiles cut by the split count.
@@ -138,6 +150,12 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.split_pingpong = p.head_dim == 64 &&
                         (pingpong == 1 || (pingpong == -1 && sm90_device && small &&
                                            max_segment_tiles(p) >= kPingpongMinSegmentTiles));
+  // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel<64, true> on / off where the ping-pong kernel is
+  // not chosen (tests, benchmarks); read once a process.
+  static const int pairs = env_is("MUSE_ATTN_PAIRS", "1") ? 1 : env_is("MUSE_ATTN_PAIRS", "0") ? 0 : -1;
+  plan.split_pairs = p.head_dim == 64 && !plan.split_pingpong &&
+                     (pairs == 1 || (pairs == -1 && sms > 0 && max_segment_tiles(p) <= 2 &&
+                                     2 * split_ctas(p) <= int64_t{kPairsMaxCtasPerSmX2} * sms));
   static const int forced = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();

@@ -5,8 +5,9 @@
 // query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
 // runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
 // O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
-// split_kernel_pp (NVIDIA, D = 64, below) does the same with two warpgroups a CTA taking
-// alternate tiles, where segments are long (launch_plan.h picks it).
+// split_kernel<64, true> takes a segment of exactly two tiles as one 128-key step, where latency
+// rules; split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two
+// warpgroups a CTA taking alternate tiles, where segments are long (launch_plan.h picks both).
 #include <atomic>
 #include <cstdint>
 
@@ -124,6 +125,23 @@ __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
 // One tile after its scores (w.scores): masks a boundary tile (mask.h key_is_visible, absent
 // pages), runs the online softmax on the raw scores in the exp2 domain (m kept scaled, p =
 // exp2(s * c - m); softmax_state.h rules) and accumulates P V.
+// Masks a boundary tile's scores of the lane's row rr (mask.h key_is_visible, absent pages):
+// branch-free, a branch a score made a masked tile cost ~1 us more.
+template <int D, int R>
+__device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
+                                            int rr, int t, unsigned pages_ok, const LaneMask<R>& mask) {
+#pragma unroll
+  for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i) {
+    const int k = w.key_of(i), key = t * kTileKeys + k;
+    const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= mask.key_min[rr]) &
+                     (key <= mask.qpos[rr]);
+    s[i] = vis ? s[i] : neg_inf();
+  }
+}
+
+// One tile after its scores (w.scores): masks a boundary tile, runs the online softmax on the
+// raw scores in the exp2 domain (m kept scaled, p = exp2(s * c - m); softmax_state.h rules) and
+// accumulates P V.
 template <int D, int R>
 __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                        const KvTile<D>& tile, int t, unsigned pages_ok,
@@ -134,15 +152,7 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
   float factor[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
-    if (boundary) {  // branch-free: a branch a score made a masked tile cost ~1 us more
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const int k = w.key_of(i), key = t * kTileKeys + k;
-        const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= mask.key_min[rr]) &
-                         (key <= mask.qpos[rr]);
-        w.s[rr][i] = vis ? w.s[rr][i] : neg_inf();
-      }
-    }
+    if (boundary) mask_scores(w, w.s[rr], rr, t, pages_ok, mask);
     // scale > 0: the max commutes with it; -inf stays -inf.
     const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * scale_log2;
     const float m_new = fmaxf(st[rr].m, mx);
@@ -162,6 +172,37 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
     for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
   }
   w.accumulate(tile);
+}
+
+// A segment of exactly two tiles t, t + 1 (both staged by the prologue), as one 128-key step
+// (the warpgroup MMA only): both tiles' score MMAs in one round trip, one softmax over their 128
+// keys from the empty state (no rescale: O is still zero), both P V in one round trip.
+template <int D, int R>
+__device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w, SoftmaxState (&st)[R],
+                                                            const KvTile<D>& a, const KvTile<D>& b,
+                                                            int t, unsigned ok_a, unsigned ok_b,
+                                                            const LaneMask<R>& mask, float scale_log2) {
+  using Warp = WarpAttention<D>;
+  constexpr int N = Warp::kScoresPerRow;
+  float s_b[R][N];
+  w.scores_pair(a, b, s_b);
+  const bool bound_a = mask.boundary(t, ok_a), bound_b = mask.boundary(t + 1, ok_b);
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    if (bound_a) mask_scores(w, w.s[rr], rr, t, ok_a, mask);
+    if (bound_b) mask_scores(w, s_b[rr], rr, t + 1, ok_b, mask);
+    const float mx =
+        Warp::row_max(fmaxf(tree_reduce<N>(w.s[rr], max_op), tree_reduce<N>(s_b[rr], max_op))) * scale_log2;
+    const float m_use = mx == neg_inf() ? 0.0f : mx;  // no -inf - -inf
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], scale_log2, -m_use));
+      s_b[rr][i] = fast_exp2(fmaf(s_b[rr][i], scale_log2, -m_use));
+    }
+    st[rr].l = tree_reduce<N>(w.s[rr], add_op) + tree_reduce<N>(s_b[rr], add_op);
+    st[rr].m = mx;
+  }
+  w.accumulate_pair(a, b, s_b);
 }
 
 // The segment's partial state of the warp's rows (partials.h): m and the row's l (the lanes'
@@ -206,7 +247,10 @@ inline constexpr int kMinCtasPerSm = D == 64 ? 3 : 1;
 template <int D>
 inline constexpr int kMinCtasPerSm = 1;
 #endif
-template <int D>
+// kPairs: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
+// LaunchPlan::split_pairs picks it where latency rules: launch_plan.h has the figures). A
+// template parameter because in every launch it cost 0.5 us where segments are longer.
+template <int D, bool kPairs>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p) {
   extern __shared__ __align__(16) char smem_raw[];
 #if defined(MUSE_ATTN_CUDA)
@@ -288,7 +332,21 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
   MUSE_TIMELINE(p, 0, 8);  // token positions and masks' bounds set
 
-  for (int t = t0; t < t1; ++t) {
+  bool paired = false;  // a two-tile segment taken as one step
+  if constexpr (kPairs && Warp::kWarpgroupMma && kStages >= 3) {
+    if (t1 - t0 == 2) {  // both tiles' copies were issued above (slots 0 and 1)
+      copy_wait<0>();
+      fence_proxy_async_shared();
+      __syncthreads();
+      MUSE_TIMELINE(p, 0, 3);
+      MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
+      w.load_q(q_tile, 16 * warp);
+      softmax_and_accumulate_pair(w, st, tile_at(0), tile_at(1), t0, present & 0xFu, (present >> 4) & 0xFu,
+                                  mask, p.scale_log2);
+      paired = true;
+    }
+  }
+  for (int t = paired ? t1 : t0; t < t1; ++t) {
     const int it = t - t0;
     if constexpr (kPrefetchIds) {
       if (t + kStages - 1 < t1) stage((it + kStages - 1) % kStages, t + kStages - 1, next);
@@ -522,12 +580,12 @@ gpuError_t allow_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
   return gpuSuccess;
 }
 
-template <int D>
+template <int D, bool kPairs = false>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int smem = split_smem_bytes<D>();
   static std::atomic<uint64_t> done{0};
-  if (gpuError_t e = allow_smem_once(split_kernel<D>, smem, done); e != gpuSuccess) return e;
-  split_kernel<D><<<split_grid(p), kThreads, smem, stream>>>(p);
+  if (gpuError_t e = allow_smem_once(split_kernel<D, kPairs>, smem, done); e != gpuSuccess) return e;
+  split_kernel<D, kPairs><<<split_grid(p), kThreads, smem, stream>>>(p);
   return gpuGetLastError();
 }
 
@@ -547,7 +605,7 @@ gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream
 #if defined(MUSE_ATTN_CUDA)
   if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, stream);
 #endif
-  (void)plan;
+  if (plan.split_pairs && p.head_dim == 64) return launch_split_d<64, true>(p, stream);
   return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }
 

@@ -189,6 +189,73 @@ struct WarpAttention {
     }
   }
 
+  // Two tiles' scores in one MMA round trip (called only where kWarpgroupMma): a's into s, b's into s_b;
+  // both tiles' MMAs are issued before the one wait.
+  __device__ void scores_pair(const KvTile<D>& a, const KvTile<D>& b,
+                              float (&s_b)[kRowsPerLane][kScoresPerRow]) {
+    float ca[32], cb[32];
+    const uint64_t da = wgmma_desc_sw128(a.base, 0), db = wgmma_desc_sw128(b.base, 0);
+    wgmma_fence();
+    wgmma_m64n64k16<0, 0>(ca, qa[0], da);
+#pragma unroll
+    for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(ca, qa[kk], da + 2 * kk);
+    wgmma_m64n64k16<0, 0>(cb, qa[0], db);
+#pragma unroll
+    for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(cb, qa[kk], db + 2 * kk);
+    wgmma_commit();
+    wgmma_wait_all();
+    wgmma_pin(ca);
+    wgmma_pin(cb);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      s[0][2 * j] = ca[4 * j];
+      s[0][2 * j + 1] = ca[4 * j + 1];
+      s[1][2 * j] = ca[4 * j + 2];
+      s[1][2 * j + 1] = ca[4 * j + 3];
+      s_b[0][2 * j] = cb[4 * j];
+      s_b[0][2 * j + 1] = cb[4 * j + 1];
+      s_b[1][2 * j] = cb[4 * j + 2];
+      s_b[1][2 * j + 1] = cb[4 * j + 3];
+    }
+  }
+
+  // O += P_a V_a + P_b V_b in one MMA round trip (P_a = s, P_b = s_b; only where kWarpgroupMma).
+  __device__ void accumulate_pair(const KvTile<D>& a, const KvTile<D>& b,
+                                  const float (&s_b)[kRowsPerLane][kScoresPerRow]) {
+    uint32_t pa[4][4], pb[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pa[kk][0] = pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]);
+      pa[kk][1] = pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]);
+      pa[kk][2] = pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]);
+      pa[kk][3] = pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3]);
+      pb[kk][0] = pack_bf16x2(s_b[0][4 * kk], s_b[0][4 * kk + 1]);
+      pb[kk][1] = pack_bf16x2(s_b[1][4 * kk], s_b[1][4 * kk + 1]);
+      pb[kk][2] = pack_bf16x2(s_b[0][4 * kk + 2], s_b[0][4 * kk + 3]);
+      pb[kk][3] = pack_bf16x2(s_b[1][4 * kk + 2], s_b[1][4 * kk + 3]);
+    }
+    float d[32];
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
+    wgmma_pin(d);
+    wgmma_fence();
+    const uint64_t va = wgmma_desc_sw128(a.base, kTileKeys * KvTile<D>::kRowBytes);
+    const uint64_t vb = wgmma_desc_sw128(b.base, kTileKeys * KvTile<D>::kRowBytes);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16<1, 1>(d, pa[kk], va + 128 * kk);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16<1, 1>(d, pb[kk], vb + 128 * kk);
+    wgmma_commit();
+    wgmma_wait_all();
+    wgmma_pin(d);
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[n][i] = d[4 * n + i];
+  }
+
   __device__ void scores_mma_sync(const KvTile<D>& tile) {
     float c[8][4];  // n-tile j: keys 8 j .. 8 j + 7
 #pragma unroll
