@@ -164,96 +164,54 @@ struct WarpAttention {
                   false);
   }
 
+  // The warpgroup MMA's pieces (kWarpgroupMma): S = Q K^T of one tile into c (issued, not
+  // waited for); c's n-tile j (c[4j .. 4j + 3], as the mma.sync path's c[j]) into rows s.
+  // The start-address field moves by 16-byte units: 2 a d-step (32 bytes); it cannot carry out
+  // of its 14 bits (shared memory is < 256 KiB).
+  __device__ void issue_scores(float (&c)[32], const KvTile<D>& tile) const {
+    const uint64_t desc = wgmma_desc_sw128(tile.base, 0);
+    wgmma_m64n64k16<0, 0>(c, qa[0], desc);
+#pragma unroll
+    for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(c, qa[kk], desc + 2 * kk);
+  }
+  __device__ static void scores_to_rows(const float (&c)[32], float (&rows)[kRowsPerLane][kScoresPerRow]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      rows[0][2 * j] = c[4 * j];
+      rows[0][2 * j + 1] = c[4 * j + 1];
+      rows[1][2 * j] = c[4 * j + 2];
+      rows[1][2 * j + 1] = c[4 * j + 3];
+    }
+  }
+
   __device__ void scores(const KvTile<D>& tile) {
     if constexpr (kWarpgroupMma) {  // the warpgroup: every warp of the CTA calls this together
-      float c[32];            // n-tile j: c[4j .. 4j + 3], as the mma.sync path's c[j]
-      // The start-address field moves by 16-byte units: 2 a d-step (32 bytes); it cannot carry
-      // out of its 14 bits (shared memory is < 256 KiB).
-      const uint64_t desc = wgmma_desc_sw128(tile.base, 0);
+      float c[32];
       wgmma_fence();  // Q's fragments were written by ordinary instructions
-      wgmma_m64n64k16<0, 0>(c, qa[0], desc);
-#pragma unroll
-      for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(c, qa[kk], desc + 2 * kk);
+      issue_scores(c, tile);
       wgmma_commit();
       wgmma_wait_all();
       wgmma_pin(c);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        s[0][2 * j] = c[4 * j];
-        s[0][2 * j + 1] = c[4 * j + 1];
-        s[1][2 * j] = c[4 * j + 2];
-        s[1][2 * j + 1] = c[4 * j + 3];
-      }
+      scores_to_rows(c, s);
     } else {
       scores_mma_sync(tile);
     }
   }
 
-  // Two tiles' scores in one MMA round trip (called only where kWarpgroupMma): a's into s, b's into s_b;
-  // both tiles' MMAs are issued before the one wait.
+  // Two tiles' scores in one MMA round trip (called only where kWarpgroupMma): a's into s, b's
+  // into s_b; both tiles' MMAs are issued before the one wait.
   __device__ void scores_pair(const KvTile<D>& a, const KvTile<D>& b,
                               float (&s_b)[kRowsPerLane][kScoresPerRow]) {
     float ca[32], cb[32];
-    const uint64_t da = wgmma_desc_sw128(a.base, 0), db = wgmma_desc_sw128(b.base, 0);
     wgmma_fence();
-    wgmma_m64n64k16<0, 0>(ca, qa[0], da);
-#pragma unroll
-    for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(ca, qa[kk], da + 2 * kk);
-    wgmma_m64n64k16<0, 0>(cb, qa[0], db);
-#pragma unroll
-    for (int kk = 1; kk < kKSteps; ++kk) wgmma_m64n64k16<0, 1>(cb, qa[kk], db + 2 * kk);
+    issue_scores(ca, a);
+    issue_scores(cb, b);
     wgmma_commit();
     wgmma_wait_all();
     wgmma_pin(ca);
     wgmma_pin(cb);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      s[0][2 * j] = ca[4 * j];
-      s[0][2 * j + 1] = ca[4 * j + 1];
-      s[1][2 * j] = ca[4 * j + 2];
-      s[1][2 * j + 1] = ca[4 * j + 3];
-      s_b[0][2 * j] = cb[4 * j];
-      s_b[0][2 * j + 1] = cb[4 * j + 1];
-      s_b[1][2 * j] = cb[4 * j + 2];
-      s_b[1][2 * j + 1] = cb[4 * j + 3];
-    }
-  }
-
-  // O += P_a V_a + P_b V_b in one MMA round trip (P_a = s, P_b = s_b; only where kWarpgroupMma).
-  __device__ void accumulate_pair(const KvTile<D>& a, const KvTile<D>& b,
-                                  const float (&s_b)[kRowsPerLane][kScoresPerRow]) {
-    uint32_t pa[4][4], pb[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]);
-      pa[kk][1] = pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]);
-      pa[kk][2] = pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]);
-      pa[kk][3] = pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3]);
-      pb[kk][0] = pack_bf16x2(s_b[0][4 * kk], s_b[0][4 * kk + 1]);
-      pb[kk][1] = pack_bf16x2(s_b[1][4 * kk], s_b[1][4 * kk + 1]);
-      pb[kk][2] = pack_bf16x2(s_b[0][4 * kk + 2], s_b[0][4 * kk + 3]);
-      pb[kk][3] = pack_bf16x2(s_b[1][4 * kk + 2], s_b[1][4 * kk + 3]);
-    }
-    float d[32];
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
-    wgmma_pin(d);
-    wgmma_fence();
-    const uint64_t va = wgmma_desc_sw128(a.base, kTileKeys * KvTile<D>::kRowBytes);
-    const uint64_t vb = wgmma_desc_sw128(b.base, kTileKeys * KvTile<D>::kRowBytes);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16<1, 1>(d, pa[kk], va + 128 * kk);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_m64n64k16<1, 1>(d, pb[kk], vb + 128 * kk);
-    wgmma_commit();
-    wgmma_wait_all();
-    wgmma_pin(d);
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) o[n][i] = d[4 * n + i];
+    scores_to_rows(ca, s);
+    scores_to_rows(cb, s_b);
   }
 
   __device__ void scores_mma_sync(const KvTile<D>& tile) {
@@ -281,38 +239,73 @@ struct WarpAttention {
     }
   }
 
+  // P's A fragment of keys 16 kk .. 16 kk + 15 from rows of probabilities, rounded to bf16.
+  __device__ static void pack_p(const float (&p)[kRowsPerLane][kScoresPerRow], int kk, uint32_t (&pa)[4]) {
+    pa[0] = pack_bf16x2(p[0][4 * kk], p[0][4 * kk + 1]);
+    pa[1] = pack_bf16x2(p[1][4 * kk], p[1][4 * kk + 1]);
+    pa[2] = pack_bf16x2(p[0][4 * kk + 2], p[0][4 * kk + 3]);
+    pa[3] = pack_bf16x2(p[1][4 * kk + 2], p[1][4 * kk + 3]);
+  }
+  // The warpgroup MMA's pieces (kWarpgroupMma): O as its accumulator d (the warp's o[n][0..3] =
+  // d[4n .. 4n + 3]) and back; d += P V of one tile (issued, not waited for).
+  __device__ void o_to_acc(float (&d)[32]) const {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
+  }
+  __device__ void acc_to_o(const float (&d)[32]) {
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[n][i] = d[4 * n + i];
+  }
+  __device__ static void issue_pv(float (&d)[32], const uint32_t (&pa)[4][4], const KvTile<D>& tile) {
+    const uint64_t desc = wgmma_desc_sw128(tile.base, kTileKeys * KvTile<D>::kRowBytes);  // V
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)  // keys 16 kk .. 16 kk + 15: 2048 bytes (128 units) a step
+      wgmma_m64n64k16<1, 1>(d, pa[kk], desc + 128 * kk);
+  }
+
   // O += P V, P = s (already probabilities), rounded to bf16.
   __device__ void accumulate(const KvTile<D>& tile) {
     uint32_t pa[4][4];  // A fragments of P, packed first so that s is dead during the loads
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      pa[kk][0] = pack_bf16x2(s[0][4 * kk], s[0][4 * kk + 1]);
-      pa[kk][1] = pack_bf16x2(s[1][4 * kk], s[1][4 * kk + 1]);
-      pa[kk][2] = pack_bf16x2(s[0][4 * kk + 2], s[0][4 * kk + 3]);
-      pa[kk][3] = pack_bf16x2(s[1][4 * kk + 2], s[1][4 * kk + 3]);
-    }
-    if constexpr (kWarpgroupMma) {  // the warpgroup: O (the warp's o[n][0..3] = d[4n .. 4n + 3]) += P V
+    for (int kk = 0; kk < 4; ++kk) pack_p(s, kk, pa[kk]);
+    if constexpr (kWarpgroupMma) {  // the warpgroup
       float d[32];
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) d[4 * n + i] = o[n][i];
+      o_to_acc(d);
       wgmma_pin(d);
       wgmma_fence();  // P's fragments and the rescaled O were written by ordinary instructions
-      const uint64_t desc = wgmma_desc_sw128(tile.base, kTileKeys * KvTile<D>::kRowBytes);  // V
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)  // keys 16 kk .. 16 kk + 15: 2048 bytes (128 units) a step
-        wgmma_m64n64k16<1, 1>(d, pa[kk], desc + 128 * kk);
+      issue_pv(d, pa, tile);
       wgmma_commit();
       wgmma_wait_all();
       wgmma_pin(d);
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) o[n][i] = d[4 * n + i];
+      acc_to_o(d);
     } else {
       accumulate_mma_sync(tile, pa);
     }
+  }
+
+  // O += P_a V_a + P_b V_b in one MMA round trip (P_a = s, P_b = s_b; only where kWarpgroupMma).
+  __device__ void accumulate_pair(const KvTile<D>& a, const KvTile<D>& b,
+                                  const float (&s_b)[kRowsPerLane][kScoresPerRow]) {
+    uint32_t pa[4][4], pb[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pack_p(s, kk, pa[kk]);
+      pack_p(s_b, kk, pb[kk]);
+    }
+    float d[32];
+    o_to_acc(d);
+    wgmma_pin(d);
+    wgmma_fence();
+    issue_pv(d, pa, a);
+    issue_pv(d, pb, b);
+    wgmma_commit();
+    wgmma_wait_all();
+    wgmma_pin(d);
+    acc_to_o(d);
   }
 
   __device__ void accumulate_mma_sync(const KvTile<D>& tile, const uint32_t (&pa)[4][4]) {
