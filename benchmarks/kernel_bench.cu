@@ -212,10 +212,15 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   }
   const double keys = window ? std::min(L, window + kNq - 1) : L;
   const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
-  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-5s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
+  // The launch plan in one token: the merge's launch, then the split kernel where it is not the
+  // plain one (+pp: the ping-pong kernel, +pairs: two-tile segments as one step).
+  char launch[32];
+  std::snprintf(launch, sizeof launch, "%s%s", plan.merge_pdl ? "pdl" : "plain",
+                plan.split_pingpong ? "+pp" : plan.split_pairs ? "+pairs" : "");
+  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-10s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
               window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits,
-              plan.merge_pdl ? "pdl" : "plain", bytes / 1e6, t_split,
+              launch, bytes / 1e6, t_split,
               t_merge, t_both, t_graph, bytes / (t_graph * 1e-6) / 1e9);
   if (t_cold >= 0) std::printf("    cold (after a 256 MiB read, one call, events): %.2f us\n", t_cold);
 #if defined(MUSE_ATTN_TIMELINE)
