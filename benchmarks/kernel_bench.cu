@@ -217,7 +217,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   char launch[32];
   std::snprintf(launch, sizeof launch, "%s%s", plan.merge_pdl ? "pdl" : "plain",
                 plan.split_pingpong ? "+pp" : plan.split_pairs ? "+pairs" : "");
-  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-10s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
+  std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-11s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
               window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits,
               launch, bytes / 1e6, t_split,

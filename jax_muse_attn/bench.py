@@ -916,7 +916,8 @@ def parent(args):
     t_start = time.time()
     # --budget-s: workers run one after the other; each, when it starts, gets its part of the time
     # left (worker_deadline), so what one leaves unused goes to those after it.
-    parts = [1.3] + [1.0] * (len(args.mode_list) - 1) + [TORCH_BUDGET_PART]
+    torch_runs = not args.no_flashinfer and importlib.util.find_spec("torch") is not None
+    parts = [1.3] + [1.0] * (len(args.mode_list) - 1) + ([TORCH_BUDGET_PART] if torch_runs else [])
     t_end = t_start + args.budget_s if args.budget_s else None
     with tempfile.TemporaryDirectory() as tmp:
         for i, m in enumerate(args.mode_list):

@@ -59,7 +59,7 @@ done
 for v in "${variants[@]}"; do [[ -x /tmp/exp_$v ]] || echo "no binary for $v" | tee -a "$LOG"; done
 [[ -n "${BUILD_ONLY:-}" ]] && { echo "built: ${variants[*]}"; exit 0; }
 short() {  # config line + its cold line -> one line: variant config splits launch graph cold
-  awk -v v="$1" '/us\/call/ {if (line) print line; line=sprintf("%-16s %-5s %-9s %-6s %-12s %-10s graph %7s", v, $1, $2, $3, $4, $5, $(NF-3))}
+  awk -v v="$1" '/us\/call/ {if (line) print line; line=sprintf("%-16s %-5s %-9s %-6s %-12s %-11s graph %7s", v, $1, $2, $3, $4, $5, $(NF-3))}
                  /cold/ {line=line sprintf("  cold %7s", $(NF-1))} END {if (line) print line}'
 }
 # '== round': hot and cold of each variant, alternating (figures in us a call)

@@ -154,7 +154,8 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   // not chosen (tests, benchmarks); read once a process.
   static const int pairs = env_is("MUSE_ATTN_PAIRS", "1") ? 1 : env_is("MUSE_ATTN_PAIRS", "0") ? 0 : -1;
   plan.split_pairs = p.head_dim == 64 && !plan.split_pingpong &&
-                     (pairs == 1 || (pairs == -1 && sms > 0 && max_segment_tiles(p) <= 2 &&
+                     (pairs == 1 || (pairs == -1 && sm90_device && sms > 0 &&
+                                     max_segment_tiles(p) <= 2 &&
                                      2 * split_ctas(p) <= int64_t{kPairsMaxCtasPerSmX2} * sms));
   static const int forced = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
