@@ -916,7 +916,8 @@ def parent(args):
     t_start = time.time()
     # --budget-s: workers run one after the other; each, when it starts, gets its part of the time
     # left (worker_deadline), so what one leaves unused goes to those after it.
-    torch_runs = not args.no_flashinfer and importlib.util.find_spec("torch") is not None
+    torch_importable = importlib.util.find_spec("torch") is not None
+    torch_runs = not args.no_flashinfer and torch_importable
     parts = [1.3] + [1.0] * (len(args.mode_list) - 1) + ([TORCH_BUDGET_PART] if torch_runs else [])
     t_end = t_start + args.budget_s if args.budget_s else None
     with tempfile.TemporaryDirectory() as tmp:
@@ -936,7 +937,7 @@ def parent(args):
             plan = []
         if args.no_flashinfer:
             torch_res = dict(unavailable="skipped (--no-flashinfer)")
-        elif importlib.util.find_spec("torch") is None:
+        elif not torch_importable:
             torch_res = dict(unavailable="torch not importable")
         elif all(r.get("platform") == "cpu" for r in modes.values()):
             torch_res = dict(unavailable="JAX runs on CPU: FlashInfer and GPU floors not run")

@@ -122,9 +122,6 @@ __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
   return m;
 }
 
-// One tile after its scores (w.scores): masks a boundary tile (mask.h key_is_visible, absent
-// pages), runs the online softmax on the raw scores in the exp2 domain (m kept scaled, p =
-// exp2(s * c - m); softmax_state.h rules) and accumulates P V.
 // Masks a boundary tile's scores of the lane's row rr (mask.h key_is_visible, absent pages):
 // branch-free, a branch a score made a masked tile cost ~1 us more.
 template <int D, int R>
