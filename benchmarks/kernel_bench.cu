@@ -315,9 +315,8 @@ int main(int argc, char** argv) {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   {  // as jax_muse_attn.attention.pingpong_split_kernel at D = 64 (and launch_plan.h's switch)
-    using muse_attn::gpu::env_is;
-    g_pingpong_policy = env_is("MUSE_ATTN_PINGPONG", "1") ||
-                        (!env_is("MUSE_ATTN_PINGPONG", "0") && muse_attn::gpu::device_compute_major() == 9);
+    const int forced = muse_attn::gpu::env_force("MUSE_ATTN_PINGPONG");
+    g_pingpong_policy = forced == 1 || (forced == -1 && muse_attn::gpu::device_compute_major() == 9);
   }
   if (argc > 1 && (argc - 1) % 4 == 0) {
     for (int i = 1; i < argc; i += 4)

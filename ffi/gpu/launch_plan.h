@@ -24,6 +24,7 @@
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
@@ -66,7 +67,7 @@ inline int max_segment_tiles(const VerifyParams& p) {
   int64_t tiles = (int64_t{p.pages} * kPageSize + kTileKeys - 1) / kTileKeys;
   if (p.window > 0) {  // 64-bit: window + tokens may pass INT32_MAX
     const int64_t span = int64_t{p.window} + p.tokens - 1;
-    tiles = tiles < (span + kTileKeys - 1) / kTileKeys + 1 ? tiles : (span + kTileKeys - 1) / kTileKeys + 1;
+    tiles = std::min(tiles, (span + kTileKeys - 1) / kTileKeys + 1);
   }
   const int64_t splits = p.num_splits.divisor() > 0 ? p.num_splits.divisor() : 1;
   return max_i(static_cast<int>((tiles + splits - 1) / splits), kMinTilesPerSegment);
@@ -109,9 +110,12 @@ inline int merge_warps_for(int num_splits, int64_t groups, int rows, int sms) {
   return warps;
 }
 
-inline bool env_is(const char* name, const char* value) {
+// A 1 / 0 / unset switch in the environment: 1 forces on, 0 forces off, -1 leaves the choice
+// to the launch plan (anything else set counts as unset).
+inline int env_force(const char* name) {
   const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
+  if (v == nullptr) return -1;
+  return std::strcmp(v, "1") == 0 ? 1 : std::strcmp(v, "0") == 0 ? 0 : -1;
 }
 
 // Split CTAs of the call (split_grid, as launch_split launches it).
@@ -145,19 +149,20 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   const bool small = sms > 0 && split_ctas(p) <= int64_t{2} * sms;
   // MUSE_ATTN_PINGPONG=1 / 0 forces the ping-pong split kernel on / off at D = 64 (tests,
   // benchmarks); read once a process.
-  static const int pingpong = env_is("MUSE_ATTN_PINGPONG", "1") ? 1 : env_is("MUSE_ATTN_PINGPONG", "0") ? 0 : -1;
+  static const int pingpong = env_force("MUSE_ATTN_PINGPONG");
   static const bool sm90_device = device_compute_major() == 9;
+  const int tiles = max_segment_tiles(p);
   plan.split_pingpong = p.head_dim == 64 &&
                         (pingpong == 1 || (pingpong == -1 && sm90_device && small &&
-                                           max_segment_tiles(p) >= kPingpongMinSegmentTiles));
+                                           tiles >= kPingpongMinSegmentTiles));
   // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel<64, true> on / off where the ping-pong kernel is
   // not chosen (tests, benchmarks); read once a process.
-  static const int pairs = env_is("MUSE_ATTN_PAIRS", "1") ? 1 : env_is("MUSE_ATTN_PAIRS", "0") ? 0 : -1;
+  static const int pairs = env_force("MUSE_ATTN_PAIRS");
   plan.split_pairs = p.head_dim == 64 && !plan.split_pingpong &&
                      (pairs == 1 || (pairs == -1 && sm90_device && sms > 0 &&
-                                     max_segment_tiles(p) <= 2 &&
+                                     tiles <= 2 &&
                                      2 * split_ctas(p) <= int64_t{kPairsMaxCtasPerSmX2} * sms));
-  static const int forced = env_is("MUSE_ATTN_PDL", "1") ? 1 : env_is("MUSE_ATTN_PDL", "0") ? 0 : -1;
+  static const int forced = env_force("MUSE_ATTN_PDL");
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
   if (!sm90 || forced == 0) return plan;

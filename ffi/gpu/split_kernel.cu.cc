@@ -136,6 +136,17 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
   }
 }
 
+// The max to subtract for a row's running max m (scaled): 0 for an all-masked row (m = -inf),
+// so no -inf - -inf makes a NaN.
+__device__ __forceinline__ float finite_max(float m) { return m == neg_inf() ? 0.0f : m; }
+
+// p = exp2(s * c - m_use) in place over a lane's scores of a row (softmax_state.h).
+template <int N>
+__device__ __forceinline__ void exp2_scaled_in_place(float (&s)[N], float scale_log2, float m_use) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -m_use));
+}
+
 // One tile after its scores (w.scores): masks a boundary tile, runs the online softmax on the
 // raw scores in the exp2 domain (m kept scaled, p = exp2(s * c - m); softmax_state.h rules) and
 // accumulates P V.
@@ -153,10 +164,9 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
     // scale > 0: the max commutes with it; -inf stays -inf.
     const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * scale_log2;
     const float m_new = fmaxf(st[rr].m, mx);
-    const float m_use = m_new == neg_inf() ? 0.0f : m_new;  // no -inf - -inf
-    factor[rr] = fast_exp2(st[rr].m - m_use);               // 0 when m was -inf
-#pragma unroll
-    for (int i = 0; i < N; ++i) w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], scale_log2, -m_use));
+    const float m_use = finite_max(m_new);
+    factor[rr] = fast_exp2(st[rr].m - m_use);  // 0 when m was -inf
+    exp2_scaled_in_place(w.s[rr], scale_log2, m_use);
     // lane-partial l; reduced over the row at the end
     st[rr].l = st[rr].l * factor[rr] + tree_reduce<N>(w.s[rr], add_op);
     st[rr].m = m_new;
@@ -190,12 +200,9 @@ __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w,
     if (bound_b) mask_scores(w, s_b[rr], rr, t + 1, ok_b, mask);
     const float mx =
         Warp::row_max(fmaxf(tree_reduce<N>(w.s[rr], max_op), tree_reduce<N>(s_b[rr], max_op))) * scale_log2;
-    const float m_use = mx == neg_inf() ? 0.0f : mx;  // no -inf - -inf
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      w.s[rr][i] = fast_exp2(fmaf(w.s[rr][i], scale_log2, -m_use));
-      s_b[rr][i] = fast_exp2(fmaf(s_b[rr][i], scale_log2, -m_use));
-    }
+    const float m_use = finite_max(mx);
+    exp2_scaled_in_place(w.s[rr], scale_log2, m_use);
+    exp2_scaled_in_place(s_b[rr], scale_log2, m_use);
     st[rr].l = tree_reduce<N>(w.s[rr], add_op) + tree_reduce<N>(s_b[rr], add_op);
     st[rr].m = mx;
   }
