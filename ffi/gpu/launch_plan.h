@@ -58,7 +58,10 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // 5.33, SWA R=4 (136 CTAs) 5.78-5.81 vs 6.17-6.19, 2k R=2 5.27 vs 5.37, 2k R=4 (128 CTAs) 5.82
 // vs 5.95, 8k R=1 6.06 vs 6.10; but 8k R=2 (256 CTAs, 2 an SM) 7.77 vs 7.31 (a CTA waits for
 // both tiles before any math), and the step compiled into every split_kernel cost 0.5 us where
-// segments are longer (its registers, 145 -> 165: 32k R=1 10.30 vs 9.72).
+// segments are longer (its registers, 145 -> 165: 32k R=1 10.30 vs 9.72). With the second
+// tile's wait under the first tile's score MMAs (version 17): SWA R=2 5.10 vs 5.17, R=4 5.72
+// vs 5.85, 2k R=2 4.98 vs 5.06, R=4 5.74 vs 5.89, 8k R=1 5.90 vs 6.09; at 2 CTAs an SM still
+// slower (2k R=8 7.61 vs 7.04-7.10, 8k R=2 7.63 vs 7.42-7.51), so the bound stays.
 inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs
 
 // Most 64-key tiles one segment of the call can have (static: the block-table width, the window

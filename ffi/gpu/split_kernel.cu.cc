@@ -184,15 +184,16 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
 // A segment of exactly two tiles t, t + 1 (both staged by the prologue), as one 128-key step
 // (the warpgroup MMA only): both tiles' score MMAs in one round trip, one softmax over their 128
 // keys from the empty state (no rescale: O is still zero), both P V in one round trip.
-template <int D, int R>
+template <int D, int R, typename BReady>
 __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                             const KvTile<D>& a, const KvTile<D>& b,
                                                             int t, unsigned ok_a, unsigned ok_b,
-                                                            const LaneMask<R>& mask, float scale_log2) {
+                                                            const LaneMask<R>& mask, float scale_log2,
+                                                            BReady b_ready) {
   using Warp = WarpAttention<D>;
   constexpr int N = Warp::kScoresPerRow;
   float s_b[R][N];
-  w.scores_pair(a, b, s_b);
+  w.scores_pair(a, b, s_b, b_ready);
   const bool bound_a = mask.boundary(t, ok_a), bound_b = mask.boundary(t + 1, ok_b);
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
@@ -339,14 +340,20 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   bool paired = false;  // a two-tile segment taken as one step
   if constexpr (kPairs && Warp::kWarpgroupMma && kStages >= 3) {
     if (t1 - t0 == 2) {  // both tiles' copies were issued above (slots 0 and 1)
-      copy_wait<0>();
+      // The prologue committed kStages - 1 groups: tile t0's, t0 + 1's, then empty ones. The
+      // first tile's scores start as soon as it landed; the second's wait runs under them.
+      copy_wait<kStages - 2>();
       fence_proxy_async_shared();
       __syncthreads();
       MUSE_TIMELINE(p, 0, 3);
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
       softmax_and_accumulate_pair(w, st, tile_at(0), tile_at(1), t0, present & 0xFu, (present >> 4) & 0xFu,
-                                  mask, p.scale_log2);
+                                  mask, p.scale_log2, [] {
+                                    copy_wait<kStages - 3>();
+                                    fence_proxy_async_shared();
+                                    __syncthreads();
+                                  });
       paired = true;
     }
   }

@@ -199,12 +199,15 @@ struct WarpAttention {
   }
 
   // Two tiles' scores in one MMA round trip (called only where kWarpgroupMma): a's into s, b's
-  // into s_b; both tiles' MMAs are issued before the one wait.
+  // into s_b; both tiles' MMAs are issued before the one wait, b's after b_ready() (which waits
+  // for b's copies while a's MMAs run).
+  template <typename BReady>
   __device__ void scores_pair(const KvTile<D>& a, const KvTile<D>& b,
-                              float (&s_b)[kRowsPerLane][kScoresPerRow]) {
+                              float (&s_b)[kRowsPerLane][kScoresPerRow], BReady b_ready) {
     float ca[32], cb[32];
     wgmma_fence();
     issue_scores(ca, a);
+    b_ready();
     issue_scores(cb, b);
     wgmma_commit();
     wgmma_wait_all();
