@@ -31,6 +31,32 @@ NB_MODULE(_muse_attn, m) {
 #endif
     return d;
   });
+#if defined(MUSE_ATTN_WITH_CUDA) || defined(MUSE_ATTN_WITH_HIP)
+  // The GPU handler's launch plan for a call of these static sizes on the current device
+  // (gpu/launch_plan_query.cc); Python: jax_muse_attn.launch_plan.
+  m.def(
+      "gpu_launch_plan",
+      [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
+         int window, int num_splits) {
+        const int sizes[8] = {head_dim, tokens, num_q_heads, num_kv_heads,
+                              num_requests, pages, window, num_splits};
+        int plan[3] = {};
+#if defined(MUSE_ATTN_WITH_CUDA)
+        const int rc = MuseLaunchPlanCuda(sizes, plan);
+#else
+        const int rc = MuseLaunchPlanRocm(sizes, plan);
+#endif
+        if (rc != 0) throw nb::value_error("gpu_launch_plan: sizes the GPU handler would refuse");
+        static const char* const kSplitKernels[] = {"per_tile", "two_tile", "pingpong"};
+        nb::dict d;
+        d["split_kernel"] = kSplitKernels[plan[0]];
+        d["merge_warps"] = plan[1];
+        d["merge_pdl"] = plan[2] != 0;
+        return d;
+      },
+      nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),
+      nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("num_splits"));
+#endif
   m.def("clock_registrations", []() {
     nb::dict d;
     d["cpu"] = encapsulate_handler(MuseDeviceClockCpu);

@@ -7,7 +7,7 @@ pure-jnp ``reference``. Importing the package registers the FFI handlers with XL
 from jax_muse_attn import reference
 from jax_muse_attn._ffi import REGISTERED as _REGISTERED
 from jax_muse_attn._ffi import TARGET_NAME
-from jax_muse_attn.attention import BACKENDS, default_num_splits, verify_attention
+from jax_muse_attn.attention import BACKENDS, default_num_splits, launch_plan, verify_attention
 
 __version__ = "0.1.0"
 
@@ -18,4 +18,4 @@ def registered_platforms() -> tuple[str, ...]:
 
 
 __all__ = ["verify_attention", "reference", "registered_platforms", "BACKENDS", "TARGET_NAME",
-           "default_num_splits"]
+           "default_num_splits", "launch_plan"]

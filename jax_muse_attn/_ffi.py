@@ -16,15 +16,17 @@ CLOCK_TARGET_NAME = "jax_muse_attn_device_clock"
 REGISTERED: dict[str, object] = {}
 CLOCK_REGISTERED: dict[str, object] = {}  # the same for the device clock
 IMPORT_ERROR: Exception | None = None
+_MODULE = None  # the nanobind module, once imported
 
 
 def _register() -> None:
-    global IMPORT_ERROR
+    global IMPORT_ERROR, _MODULE
     try:
         from jax_muse_attn import _muse_attn  # the nanobind module built from ffi/
     except ImportError as e:  # pragma: no cover - only when the package was not built
         IMPORT_ERROR = e
         return
+    _MODULE = _muse_attn
     for platform, capsule in _muse_attn.registrations().items():
         jax.ffi.register_ffi_target(TARGET_NAME, capsule, platform=platform)
         REGISTERED[platform] = capsule
@@ -49,6 +51,18 @@ def current_platform() -> str:
 
 def has_handler(platform: str) -> bool:
     return platform in REGISTERED
+
+
+def gpu_launch_plan(shapes, num_splits: int) -> dict:
+    """The GPU handler's launch plan (ffi/gpu/launch_plan.h) for a call of these static shapes on
+    the current device: {"split_kernel": "per_tile" | "two_tile" | "pingpong", "merge_warps",
+    "merge_pdl"}. RuntimeError where this build has no GPU handler."""
+    fn = getattr(_MODULE, "gpu_launch_plan", None)
+    if fn is None:
+        raise RuntimeError("jax_muse_attn: this build has no GPU handler, so no GPU launch plan "
+                           f"(handlers: {sorted(REGISTERED)})")
+    return dict(fn(shapes.head_dim, shapes.tokens, shapes.num_q_heads, shapes.num_kv_heads,
+                   shapes.num_requests, shapes.pages, shapes.window, int(num_splits)))
 
 
 def multiprocessor_count(default: int = 132) -> int:

@@ -8,6 +8,7 @@ import os
 import warnings
 
 import jax
+import jax.numpy as jnp
 
 from jax_muse_attn import _ffi, _partitioning, _validate, reference
 
@@ -133,6 +134,32 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         if busiest_sm_tiles(fewer) <= busiest_sm_tiles(splits):
             splits = fewer
     return splits
+
+
+def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, num_splits=None):
+    """How the GPU handler launches a call of these shapes on the current device, for tests,
+    benchmarks and debugging; nothing runs. Shapes only: arrays or ``jax.ShapeDtypeStruct`` as
+    ``verify_attention`` takes them (under tensor parallelism, one device's shard: its heads).
+
+    Returns a dict: ``num_splits`` (as ``verify_attention`` would pick it, or the one given),
+    ``split_kernel`` ("per_tile"; "two_tile": two-tile segments as one step; "pingpong": two
+    warpgroups a CTA taking alternate tiles), ``merge_warps`` (warps a row in the merge) and
+    ``merge_pdl`` (the merge as a programmatic dependent launch). The ``MUSE_ATTN_PINGPONG`` /
+    ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL`` overrides apply as in a call (read once a process).
+    RuntimeError on a platform with no GPU handler (the CPU handler has one plan).
+    """
+    if num_splits is not None and (isinstance(num_splits, bool)
+                                   or not isinstance(num_splits, numbers.Integral) or num_splits < 1):
+        raise ValueError(f"launch_plan: num_splits must be None or an int >= 1, got {num_splits!r}")
+    seq_lens = jax.ShapeDtypeStruct((block_table.shape[0],), jnp.int32)
+    shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=1.0, window=window,
+                                    tokens_per_request=tokens_per_request)
+    platform = _ffi.current_platform()
+    if platform not in ("CUDA", "ROCM") or not _ffi.has_handler(platform):
+        raise RuntimeError(f"launch_plan: no GPU handler for platform {platform!r} "
+                           f"(handlers: {sorted(_ffi.REGISTERED)})")
+    splits = int(num_splits) if num_splits is not None else default_num_splits(shapes, platform)
+    return {"num_splits": splits, **_ffi.gpu_launch_plan(shapes, splits)}
 
 
 def resolve_backend(backend: str) -> tuple[str, str]:

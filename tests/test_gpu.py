@@ -176,7 +176,23 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
 # every kind of boundary in either tile -- the causal edge of the new tokens, the window's lower
 # edge, a last tile that is partly past seq_len, absent pages (out-of-range ids) -- and segments
 # of one tile beside them (a request's last), against the float64 oracle, bitwise repeatable.
-# (Every case has at most 2 tiles a segment and few CTAs, so the launch plan picks that kernel.)
+# (Every case has at most 2 tiles a segment and few CTAs, so the launch plan picks that kernel:
+# asked of jax_muse_attn.launch_plan.)
+def _two_tile_kernel():
+    """The split kernel the launch plan picks for few CTAs with segments of at most 2 tiles (D =
+    64): as MUSE_ATTN_PAIRS / MUSE_ATTN_PINGPONG force it, else two-tile steps on sm_90 only
+    (NVIDIA; on AMD the one split kernel)."""
+    from jax_muse_attn import _ffi
+    if _ffi.current_platform() != "CUDA":  # AMD: one split kernel
+        return "per_tile"
+    if os.environ.get("MUSE_ATTN_PINGPONG") == "1":
+        return "pingpong"
+    forced = os.environ.get("MUSE_ATTN_PAIRS")
+    if forced in ("0", "1"):
+        return "two_tile" if forced == "1" else "per_tile"
+    return "two_tile" if _ffi.compute_capability_major() == 9 else "per_tile"
+
+
 @pytest.mark.parametrize("window,splits", [(None, 4), (None, 5), (100, 2), (64, 2), (130, 2)],
                          ids=["full-4", "full-5", "swa100-2", "swa64-2", "swa130-2"])
 def test_two_tile_segments(window, splits):
@@ -185,6 +201,9 @@ def test_two_tile_segments(window, splits):
     c = make_case(rng, len(lens), lens, P=32, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
     ref = c.oracle()
     kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+    if BACKEND == "ffi":  # which split kernel runs them (forced in test_gpu_launch_modes.py)
+        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits)
+        assert plan["split_kernel"] == _two_tile_kernel(), plan
     out = c.run(BACKEND, **kw)
     what = f"window={window} splits={splits}"
     assert_close(out, ref, q_shape=c.q.shape, what=what)

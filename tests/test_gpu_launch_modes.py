@@ -12,6 +12,7 @@ two-tile segments as one step wherever D = 64 (the ping-pong kernel off), =0 for
 is read once a process, so each runs in its own pytest process.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -78,3 +79,81 @@ def test_split_count_sees_the_gpu_the_launch_plan_sees(monkeypatch):
         assert attention.pingpong_split_kernel(s, platform) == (major == 9), (kind, major)
     else:
         assert not attention.pingpong_split_kernel(s, platform), (platform, kind)
+
+
+# The plan of every config of the benchmark grid (jax_muse_attn.bench: Hq 16, Hkv 2, D 64, 8
+# tokens; the split count as verify_attention picks it) plus the same shapes at D = 128, asked
+# of jax_muse_attn.launch_plan in a process with the given overrides (the plan reads them once a
+# process) and none other.
+_PLAN_SCRIPT = """
+import json, sys
+import jax, jax.numpy as jnp
+import jax_muse_attn
+from jax_muse_attn import bench
+out = {}
+for c in bench.full_grid():
+    for d in (64, 128):
+        q = jax.ShapeDtypeStruct((bench.NQ * c.R, bench.H_Q, d), jnp.bfloat16)
+        kv = jax.ShapeDtypeStruct((c.blocks, bench.H_KV, bench.PAGE, 2 * d), jnp.bfloat16)
+        bt = jax.ShapeDtypeStruct((c.R, c.pages), jnp.int32)
+        out[f"{c.name}-d{d}"] = jax_muse_attn.launch_plan(q, kv, bt, window=c.window)
+json.dump(out, sys.stdout)
+"""
+_OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS")
+
+
+def _grid_plans(**overrides):
+    env = {k: v for k, v in os.environ.items() if k not in _OVERRIDES}
+    env.update(overrides)
+    proc = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT], env=env, cwd=HERE,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+# What README.md and benchmarks/NOTES.md say each config of the grid runs on an H200 (132 SMs,
+# sm_90): two-tile steps where segments have at most 2 tiles and split CTAs are at most 1.5 an
+# SM; ping-pong where they have 16 tiles or more at 2 CTAs an SM; the merge a programmatic
+# dependent where the split grid has at most 2 CTAs an SM. D = 128 runs neither split variant.
+_H200_TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
+                  "full8k-r1"}
+_H200_PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
+                  "full128k-r2", "full128k-r4", "full128k-r8"}
+
+
+def test_default_launch_plans_of_the_benchmark_grid():
+    from jax_muse_attn import _ffi
+    plans = _grid_plans()
+    major, sms = _ffi.compute_capability_major(), _ffi.multiprocessor_count()
+    for name, plan in plans.items():
+        config, d = name.rsplit("-d", 1)
+        if d == "128" or major != 9:  # both variants are D = 64, tuned for sm_90 only
+            assert plan["split_kernel"] == "per_tile", (name, plan)
+        ctas = 2 * int(config.rsplit("-r", 1)[1]) * plan["num_splits"]  # R x Hkv x splits
+        if major >= 9 and _ffi.current_platform() == "CUDA":
+            assert plan["merge_pdl"] == (ctas <= 2 * sms), (name, plan, sms)
+        else:
+            assert not plan["merge_pdl"], (name, plan)
+        if major == 9 and sms == 132 and d == "64":
+            want = ("two_tile" if config in _H200_TWO_TILE else
+                    "pingpong" if config in _H200_PINGPONG else "per_tile")
+            assert plan["split_kernel"] == want, (name, plan)
+
+
+def test_overridden_launch_plans_of_the_benchmark_grid():
+    from jax_muse_attn import _ffi
+    cuda = _ffi.current_platform() == "CUDA"  # AMD: plain launches, one split kernel
+    for overrides, d64, d128, pdl in [
+        ({"MUSE_ATTN_PINGPONG": "1"}, "pingpong" if cuda else "per_tile", "per_tile", None),
+        ({"MUSE_ATTN_PAIRS": "1", "MUSE_ATTN_PINGPONG": "0"}, "two_tile" if cuda else "per_tile",
+         "per_tile", None),
+        ({"MUSE_ATTN_PAIRS": "0", "MUSE_ATTN_PINGPONG": "0"}, "per_tile", "per_tile", None),
+        ({"MUSE_ATTN_PDL": "0"}, None, None, False),
+        ({"MUSE_ATTN_PDL": "1"}, None, None, cuda and _ffi.compute_capability_major() >= 9),
+    ]:
+        for name, plan in _grid_plans(**overrides).items():
+            want = d128 if name.endswith("-d128") else d64
+            if want is not None:
+                assert plan["split_kernel"] == want, (overrides, name, plan)
+            if pdl is not None:
+                assert plan["merge_pdl"] == pdl, (overrides, name, plan)

@@ -198,3 +198,28 @@ def test_gpu_grid_limit_is_refused_at_trace_time():
     out = jax.eval_shape(lambda *a: attention._ffi_kernel(*a, shapes, 0.125, 2, "cpu", -1),
                          q, kv, bt, sl, nr)
     assert out.shape == q.shape
+
+
+def test_launch_plan_refuses_what_a_call_refuses():
+    """jax_muse_attn.launch_plan (shapes only) refuses bad shapes and split counts as
+    verify_attention does; without a GPU it says there is no GPU handler, on a GPU it answers
+    for the current device (which plan where: tests/test_gpu_launch_modes.py)."""
+    g = _good()
+    q, kv, bt = g["q"], g["kv_cache"], g["block_table"]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="num_splits"):
+            jax_muse_attn.launch_plan(q, kv, bt, num_splits=bad)
+    with pytest.raises(TypeError, match="kv_cache"):
+        jax_muse_attn.launch_plan(q, kv.astype(jnp.float32), bt)
+    with pytest.raises(ValueError, match="window"):
+        jax_muse_attn.launch_plan(q, kv, bt, window=0)
+    abstract = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in (q, kv, bt)]
+    if jax.default_backend() == "gpu":
+        plan = jax_muse_attn.launch_plan(*abstract, num_splits=3)
+        assert plan["num_splits"] == 3, plan
+        assert plan["split_kernel"] in ("per_tile", "two_tile", "pingpong"), plan
+        assert plan["merge_warps"] in (1, 2, 4, 8) and isinstance(plan["merge_pdl"], bool), plan
+        assert jax_muse_attn.launch_plan(*abstract)["num_splits"] >= 1
+    else:
+        with pytest.raises(RuntimeError, match="no GPU handler"):
+            jax_muse_attn.launch_plan(*abstract)
