@@ -25,15 +25,4 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseDeviceClockCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseDeviceClockRocm);
 #endif
 
-// The launch plan a call gets on the current device (gpu/launch_plan_query.cc), not a handler:
-// sizes = {D, NQ, Hq, Hkv, R, block-table width, window (0: full), splits}; fills plan = {split
-// kernel (0 per tile, 1 two-tile steps, 2 ping-pong), merge warps a row, merge PDL (0 / 1)}.
-// Returns 0, or -1 for sizes the handler would refuse.
-#if defined(MUSE_ATTN_WITH_CUDA)
-extern "C" int MuseLaunchPlanCuda(const int sizes[8], int plan[3]);
-#endif
-#if defined(MUSE_ATTN_WITH_HIP)
-extern "C" int MuseLaunchPlanRocm(const int sizes[8], int plan[3]);
-#endif
-
 #endif  // MUSE_ATTN_HANDLERS_H_

@@ -3,6 +3,9 @@
 // clock_registrations(): the same for the benchmarks' device clock (jax_muse_attn_device_clock).
 #include <nanobind/nanobind.h>
 
+#include <stdexcept>
+
+#include "gpu/launch_plan_query.h"
 #include "handlers.h"
 
 namespace nb = nanobind;
@@ -38,9 +41,9 @@ NB_MODULE(_muse_attn, m) {
       "gpu_launch_plan",
       [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
          int window, int num_splits) {
-        const int sizes[8] = {head_dim, tokens, num_q_heads, num_kv_heads,
-                              num_requests, pages, window, num_splits};
-        int plan[3] = {};
+        const int sizes[kMuseNumSizes] = {head_dim,     tokens, num_q_heads, num_kv_heads,
+                                          num_requests, pages,  window,      num_splits};
+        int plan[kMuseNumPlanFields] = {};
 #if defined(MUSE_ATTN_WITH_CUDA)
         const int rc = MuseLaunchPlanCuda(sizes, plan);
 #else
@@ -48,10 +51,12 @@ NB_MODULE(_muse_attn, m) {
 #endif
         if (rc != 0) throw nb::value_error("gpu_launch_plan: sizes the GPU handler would refuse");
         static const char* const kSplitKernels[] = {"per_tile", "two_tile", "pingpong"};
+        const int kernel = plan[kMuseSplitKernel];
+        if (kernel < 0 || kernel > 2) throw std::runtime_error("gpu_launch_plan: unknown split kernel");
         nb::dict d;
-        d["split_kernel"] = kSplitKernels[plan[0]];
-        d["merge_warps"] = plan[1];
-        d["merge_pdl"] = plan[2] != 0;
+        d["split_kernel"] = kSplitKernels[kernel];
+        d["merge_warps"] = plan[kMuseMergeWarps];
+        d["merge_pdl"] = plan[kMuseMergePdl] != 0;
         return d;
       },
       nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),

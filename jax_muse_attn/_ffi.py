@@ -59,8 +59,8 @@ def gpu_launch_plan(shapes, num_splits: int) -> dict:
     "merge_pdl"}. RuntimeError where this build has no GPU handler."""
     fn = getattr(_MODULE, "gpu_launch_plan", None)
     if fn is None:
-        raise RuntimeError("jax_muse_attn: this build has no GPU handler, so no GPU launch plan "
-                           f"(handlers: {sorted(REGISTERED)})")
+        raise RuntimeError("jax_muse_attn: this build has no GPU launch-plan query (no GPU handler, "
+                           f"or an extension built before it: rebuild; handlers: {sorted(REGISTERED)})")
     return dict(fn(shapes.head_dim, shapes.tokens, shapes.num_q_heads, shapes.num_kv_heads,
                    shapes.num_requests, shapes.pages, shapes.window, int(num_splits)))
 

@@ -144,20 +144,22 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
     Returns a dict: ``num_splits`` (as ``verify_attention`` would pick it, or the one given),
     ``split_kernel`` ("per_tile"; "two_tile": two-tile segments as one step; "pingpong": two
     warpgroups a CTA taking alternate tiles), ``merge_warps`` (warps a row in the merge) and
-    ``merge_pdl`` (the merge as a programmatic dependent launch). The ``MUSE_ATTN_PINGPONG`` /
+    ``merge_pdl`` (the merge as a programmatic dependent launch). "two_tile" and "pingpong" name
+    the kernel variant launched; their steps are compiled for sm_90a (the default CUDA build), so
+    a build without sm_90a code runs them tile by tile. The ``MUSE_ATTN_PINGPONG`` /
     ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL`` overrides apply as in a call (read once a process).
     RuntimeError on a platform with no GPU handler (the CPU handler has one plan).
     """
-    if num_splits is not None and (isinstance(num_splits, bool)
-                                   or not isinstance(num_splits, numbers.Integral) or num_splits < 1):
-        raise ValueError(f"launch_plan: num_splits must be None or an int >= 1, got {num_splits!r}")
-    seq_lens = jax.ShapeDtypeStruct((block_table.shape[0],), jnp.int32)
+    _check_num_splits("launch_plan", num_splits)
+    table_shape = tuple(getattr(block_table, "shape", ()))  # checked below, before seq_lens
+    seq_lens = jax.ShapeDtypeStruct(table_shape[:1] or (0,), jnp.int32)
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=1.0, window=window,
                                     tokens_per_request=tokens_per_request)
     platform = _ffi.current_platform()
     if platform not in ("CUDA", "ROCM") or not _ffi.has_handler(platform):
         raise RuntimeError(f"launch_plan: no GPU handler for platform {platform!r} "
                            f"(handlers: {sorted(_ffi.REGISTERED)})")
+    _check_gpu_groups("launch_plan", shapes)
     splits = int(num_splits) if num_splits is not None else default_num_splits(shapes, platform)
     return {"num_splits": splits, **_ffi.gpu_launch_plan(shapes, splits)}
 
@@ -209,9 +211,7 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
       bf16 array of q's shape.
     """
     _validate.check_static(scale, window, tokens_per_request)
-    if num_splits is not None and (isinstance(num_splits, bool)
-                                   or not isinstance(num_splits, numbers.Integral) or num_splits < 1):
-        raise ValueError(f"verify_attention: num_splits must be None or an int >= 1, got {num_splits!r}")
+    _check_num_splits("verify_attention", num_splits)
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
                                     tokens_per_request=tokens_per_request)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
@@ -238,14 +238,25 @@ def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scal
 _MAX_GPU_GROUPS = 65535
 
 
+def _check_gpu_groups(fn, s):
+    if s.groups > _MAX_GPU_GROUPS:
+        raise ValueError(
+            f"{fn}: requests x KV heads on one device = {s.num_requests} x "
+            f"{s.num_kv_heads} = {s.groups}, more than the GPU kernels' grid allows "
+            f"({_MAX_GPU_GROUPS}); call it on fewer requests at a time or shard the heads")
+
+
+def _check_num_splits(fn, num_splits):
+    if num_splits is not None and (isinstance(num_splits, bool)
+                                   or not isinstance(num_splits, numbers.Integral) or num_splits < 1):
+        raise ValueError(f"{fn}: num_splits must be None or an int >= 1, got {num_splits!r}")
+
+
 def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num_splits, platform,
                 num_reqs_static):
     s = shapes  # global, or one shard's when partitioned
-    if platform != "cpu" and s.groups > _MAX_GPU_GROUPS:
-        raise ValueError(
-            f"verify_attention: requests x KV heads on one device = {s.num_requests} x "
-            f"{s.num_kv_heads} = {s.groups}, more than the GPU kernels' grid allows "
-            f"({_MAX_GPU_GROUPS}); call it on fewer requests at a time or shard the heads")
+    if platform != "cpu":
+        _check_gpu_groups("verify_attention", s)
     splits = num_splits if num_splits is not None else default_num_splits(s, platform)
     q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
     out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,

@@ -202,7 +202,8 @@ def test_two_tile_segments(window, splits):
     ref = c.oracle()
     kw = {"num_splits": splits} if BACKEND == "ffi" else {}
     if BACKEND == "ffi":  # which split kernel runs them (forced in test_gpu_launch_modes.py)
-        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits)
+        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
+                                         tokens_per_request=c.NQ)
         assert plan["split_kernel"] == _two_tile_kernel(), plan
     out = c.run(BACKEND, **kw)
     what = f"window={window} splits={splits}"

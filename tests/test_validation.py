@@ -220,6 +220,11 @@ def test_launch_plan_refuses_what_a_call_refuses():
         assert plan["split_kernel"] in ("per_tile", "two_tile", "pingpong"), plan
         assert plan["merge_warps"] in (1, 2, 4, 8) and isinstance(plan["merge_pdl"], bool), plan
         assert jax_muse_attn.launch_plan(*abstract)["num_splits"] >= 1
+        big = 65536  # R x Hkv past the GPU grid: verify_attention's message
+        with pytest.raises(ValueError, match="65535"):
+            jax_muse_attn.launch_plan(jax.ShapeDtypeStruct((NQ * big, HKV, D), jnp.bfloat16),
+                                      jax.ShapeDtypeStruct((NB, HKV, 16, 2 * D), jnp.bfloat16),
+                                      jax.ShapeDtypeStruct((big, P), jnp.int32))
     else:
         with pytest.raises(RuntimeError, match="no GPU handler"):
             jax_muse_attn.launch_plan(*abstract)

@@ -184,6 +184,8 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
 // A segment of exactly two tiles t, t + 1 (both staged by the prologue), as one 128-key step
 // (the warpgroup MMA only): both tiles' score MMAs in one round trip, one softmax over their 128
 // keys from the empty state (no rescale: O is still zero), both P V in one round trip.
+// b_ready() runs between the two tiles' score MMAs and waits for b's copies: every thread of the
+// CTA must reach it (it holds a barrier).
 template <int D, int R, typename BReady>
 __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                             const KvTile<D>& a, const KvTile<D>& b,
@@ -340,20 +342,22 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   bool paired = false;  // a two-tile segment taken as one step
   if constexpr (kPairs && Warp::kWarpgroupMma && kStages >= 3) {
     if (t1 - t0 == 2) {  // both tiles' copies were issued above (slots 0 and 1)
-      // The prologue committed kStages - 1 groups: tile t0's, t0 + 1's, then empty ones. The
-      // first tile's scores start as soon as it landed; the second's wait runs under them.
+      // The prologue committed kStages - 1 groups after Q's (stage_query_rows): tile t0's, t0 +
+      // 1's, then empty ones. Waiting for all but the last kStages - 2 lands Q and tile t0, so
+      // the first tile's scores start; the second's wait runs under them (second_tile_landed).
       copy_wait<kStages - 2>();
       fence_proxy_async_shared();
       __syncthreads();
       MUSE_TIMELINE(p, 0, 3);
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
+      auto second_tile_landed = [] {
+        copy_wait<kStages - 3>();
+        fence_proxy_async_shared();
+        __syncthreads();
+      };
       softmax_and_accumulate_pair(w, st, tile_at(0), tile_at(1), t0, present & 0xFu, (present >> 4) & 0xFu,
-                                  mask, p.scale_log2, [] {
-                                    copy_wait<kStages - 3>();
-                                    fence_proxy_async_shared();
-                                    __syncthreads();
-                                  });
+                                  mask, p.scale_log2, second_tile_landed);
       paired = true;
     }
   }
