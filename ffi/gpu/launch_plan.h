@@ -149,7 +149,8 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
                                      int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
 #if defined(MUSE_ATTN_CUDA)
-  const bool small = sms > 0 && split_ctas(p) <= int64_t{2} * sms;
+  const int64_t ctas = split_ctas(p);
+  const bool small = sms > 0 && ctas <= int64_t{2} * sms;
   // MUSE_ATTN_PINGPONG=1 / 0 forces the ping-pong split kernel on / off at D = 64 (tests,
   // benchmarks); read once a process.
   static const int pingpong = env_force("MUSE_ATTN_PINGPONG");
@@ -164,7 +165,7 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.split_pairs = p.head_dim == 64 && !plan.split_pingpong &&
                      (pairs == 1 || (pairs == -1 && sm90_device && sms > 0 &&
                                      tiles <= 2 &&
-                                     2 * split_ctas(p) <= int64_t{kPairsMaxCtasPerSmX2} * sms));
+                                     2 * ctas <= int64_t{kPairsMaxCtasPerSmX2} * sms));
   static const int forced = env_force("MUSE_ATTN_PDL");
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
