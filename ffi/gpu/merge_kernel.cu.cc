@@ -4,8 +4,9 @@
 // A row is W warps (1 to 8, a power of 2 chosen on the host from the static split count, rows and
 // SM count: launch_plan.h merge_warps_for). Warp w folds segments w, w + W, ...: its
 // lanes hold consecutive d of the row (D / warp-size floats each), so every segment's o row is
-// one coalesced read and its (m, l) one broadcast read; a batch of segments' loads is issued
-// before any of them is folded, and a batch is folded with one rescale (the batch's max first).
+// one coalesced read; a segment's (m, l) is read by one lane, which computes its weight, and the
+// weight reaches the other lanes by a shuffle. A batch of segments' loads is issued before any of
+// them is folded, and a batch is folded with one rescale (the batch's max first, over the lanes).
 // The W warps' states then meet in shared memory and the row's first warp writes it. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
 // whole output is defined whatever the split wrote.
@@ -148,30 +149,56 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
   MUSE_TIMELINE_CLOCK(timeline_released);
 
+  // The warp's segments wr, wr + W, ... (n_mine of them), B at a time: lane j < B loads the
+  // (m, l) of the batch's j-th segment (one load a lane, not one a segment on every lane) and
+  // computes its weight; every lane loads its D / warp-size floats of each segment's o row, and
+  // a segment's weight reaches the lanes by a shuffle. l is kept a lane's share at a time (its
+  // own segments') and summed over the warp once, after the loop.
+  const int n_mine = nseg > wr ? (nseg - wr + W - 1) / W : 0;  // the same on every lane
+  const int64_t o_step = W * o_seg;                              // a segment of the warp further
+  const float* o_next = o_src + wr * o_seg;
+  const float* ml_next = ml_src + (wr + int64_t{lane} * W) * ml_seg;
   RowFold<E> f;
+  float l_lane = 0.0f;
 #pragma unroll 1  // one batch of loads in flight at a time
-  for (int seg0 = wr; seg0 < nseg; seg0 += B * W) {  // every segment below nseg was written
-    float2 ml[B];
+  for (int b0 = 0; b0 < n_mine; b0 += B) {
+    const int n = min_i(B, n_mine - b0);  // the batch's segments
+    const float2 ml = lane < n ? *reinterpret_cast<const float2*>(ml_next) : make_float2(neg_inf(), 0.0f);
     Lane<E> o[B];
 #pragma unroll
     for (int c = 0; c < B; c += kChunk) {
-      if (seg0 + c * W < nseg) {  // the same on every lane (one row a warp): no divergence
+      if (c < n) {  // the same on every lane: chunks past the batch's segments are skipped whole
 #pragma unroll
-        for (int b = c; b < c + kChunk; ++b) {  // past nseg: the last segment again, weighed 0
-          const int seg = min_i(seg0 + b * W, nseg - 1);
-          ml[b] = *reinterpret_cast<const float2*>(ml_src + seg * ml_seg);
-          o[b] = Lane<E>::load(o_src + seg * o_seg);
-        }
+        for (int b = c; b < c + kChunk; ++b) o[b] = b < n ? Lane<E>::load(o_next + b * o_step) : Lane<E>{};
       } else {
 #pragma unroll
-        for (int b = c; b < c + kChunk; ++b) ml[b] = make_float2(neg_inf(), 0.0f), o[b] = Lane<E>{};
+        for (int b = c; b < c + kChunk; ++b) o[b] = Lane<E>{};
       }
     }
+    ml_next += int64_t{B} * W * ml_seg;
+    o_next += B * o_step;
+    const float mb = fmaxf(f.m, xor_reduce<1, kLaneBits>(ml.x, max_op));
+    if (mb == neg_inf()) continue;  // nothing seen yet (the same on every lane)
+    const float a = rescale_weight(f.m, mb);
+    l_lane *= a;
 #pragma unroll
-    for (int b = 0; b < B; ++b)
-      if (seg0 + b * W >= nseg) ml[b].x = neg_inf();
-    f.add(ml, o);
+    for (int e = 0; e < E; ++e) f.acc[e] *= a;
+    const float wj = rescale_weight(ml.x, mb);  // 0 on lanes past the batch and for empty segments
+    l_lane = fmaf(wj, ml.y, l_lane);
+#pragma unroll
+    for (int c = 0; c < B; c += kChunk) {
+      if (c < n) {
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) {  // past the batch: weight 0 and o 0
+          const float w = shfl_from(wj, b);
+#pragma unroll
+          for (int e = 0; e < E; ++e) f.acc[e] = fmaf(w, o[b].v[e], f.acc[e]);
+        }
+      }
+    }
+    f.m = mb;
   }
+  f.l = xor_reduce<1, kLaneBits>(l_lane, add_op);
   MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 4, timeline_released);  // warp 0's segments folded
   if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
     __shared__ float2 sh_ml[kRows][W];

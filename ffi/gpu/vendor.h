@@ -123,6 +123,16 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 #endif
 }
 
+// Lane src's v, on every lane of the warp / wavefront.
+__device__ __forceinline__ float shfl_from(float v, int src) {
+#if defined(MUSE_ATTN_HIP)
+  return __shfl(v, src);
+#else
+  return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
+inline constexpr int kLaneBits = kWarpSize == 64 ? 6 : 5;  // log2(kWarpSize)
+
 __device__ __forceinline__ float max_op(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ float add_op(float a, float b) { return a + b; }
 
