@@ -36,9 +36,16 @@ namespace {
 // Warps a row: at most 8 (kMergeMaxWarps), so that on NVIDIA a CTA is 256 threads and, launched
 // early as a programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread
 // CTAs could not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512
-// threads. Segments a warp loads at a time: kMergeBatch ((m, l) and its share of o: 4 registers
-// a segment at D = 64 on NVIDIA, 6 at D = 128), in chunks of 4 that are skipped whole past the
-// row's segments.
+// threads. Segments a warp loads at a time: kMergeBatch (its share of each o row: 2 registers a
+// segment at D = 64 on NVIDIA, 4 at D = 128; one (m, l) a lane), in chunks of 4 that are skipped
+// whole past the row's segments.
+//
+// Version 18 (benchmarks/NOTES.md) moved the (m, l) loads and the weights' exp2 from every lane
+// (one broadcast load and one exp2 a segment) to one lane a segment, and steps the warp's segment
+// pointers instead of clamping and recomputing each: ~480 -> ~200 instructions a warp after the
+// PDL wait at 8 segments a warp. On an H200 (kernels alone) 0.15-0.25 us faster where a warp
+// folds up to 8 segments, 0.1-0.3 us slower where it folds 16 (the batch max and the l sum are
+// shuffle chains after the loads land).
 inline constexpr int kChunk = 4;
 
 // The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
