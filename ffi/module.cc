@@ -57,6 +57,7 @@ NB_MODULE(_muse_attn, m) {
         d["split_kernel"] = kSplitKernels[kernel];
         d["merge_warps"] = plan[kMuseMergeWarps];
         d["merge_pdl"] = plan[kMuseMergePdl] != 0;
+        d["merge_by_lane"] = plan[kMuseMergeByLane] != 0;
         return d;
       },
       nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),

@@ -151,8 +151,10 @@ def test_traced_num_reqs_long():
 
 # Groups whose rows (tokens x query heads a KV head) are not a multiple of the rows a merge CTA
 # holds (8 at one warp a row, fewer at 2-8 warps), so the last merge CTA has slots past the
-# group's rows; every merge width (1-8 warps a row, one batch or several), D 64 and 128, short
-# requests (tokens with qpos < 0) and padding (from a review of the row-warp merge, version 10).
+# group's rows; every merge width (1-8 warps a row, one batch or several), both ways a warp weighs
+# its segments (on one lane each, or on every lane: the launch plan's merge_by_lane), D 64 and 128,
+# short requests (tokens with qpos < 0) and padding (from a review of the row-warp merge, version
+# 10).
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("Hq,Hkv,NQ", [(6, 2, 3), (5, 1, 5)], ids=["rows9", "rows25"])
 @pytest.mark.parametrize("window", [None, 100], ids=["full", "swa100"])
@@ -161,8 +163,13 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
     c = make_case(rng, 6, [40000, 2, 0, 5000, 1, 129], P=2600, D=D, Hq=Hq, Hkv=Hkv, NQ=NQ,
                   window=window, num_reqs=5)
     ref = c.oracle()
+    by_lane = set()
     for splits in [1, 16, 17, 33, 65, 129, 300]:
         kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+        if BACKEND == "ffi":
+            plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
+                                             tokens_per_request=NQ)
+            by_lane.add(plan["merge_by_lane"])
         out = c.run(BACKEND, **kw)
         what = f"D={D} Hq={Hq} Hkv={Hkv} NQ={NQ} window={window} splits={splits}"
         assert_close(out, ref, q_shape=c.q.shape, what=what)
@@ -170,6 +177,8 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
         assert np.isfinite(o).all(), what
         assert not o[5 * NQ:].any(), f"padding rows not zero: {what}"
         np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
+    if BACKEND == "ffi":  # both of the merge's ways ran
+        assert by_lane == {True, False}, by_lane
 
 
 # Segments of exactly two tiles (the split kernel takes them as one 128-key step on sm_90a):

@@ -219,6 +219,7 @@ def test_launch_plan_refuses_what_a_call_refuses():
         assert plan["num_splits"] == 3, plan
         assert plan["split_kernel"] in ("per_tile", "two_tile", "pingpong"), plan
         assert plan["merge_warps"] in (1, 2, 4, 8) and isinstance(plan["merge_pdl"], bool), plan
+        assert isinstance(plan["merge_by_lane"], bool), plan
         assert jax_muse_attn.launch_plan(*abstract)["num_splits"] >= 1
         big = 65536  # R x Hkv past the GPU grid: verify_attention's message
         with pytest.raises(ValueError, match="65535"):

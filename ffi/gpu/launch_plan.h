@@ -39,6 +39,7 @@ namespace muse_attn::gpu {
 struct LaunchPlan {
   bool merge_pdl = false;       // the merge is a programmatic dependent launch of the split kernel
   int merge_warps = 1;          // warps that share one output row's segments in the merge
+  bool merge_by_lane = true;    // the merge weighs a segment on one lane (merge_weights_by_lane)
   bool split_pingpong = false;  // the ping-pong split kernel (split_kernel.cu.cc; NVIDIA, D = 64)
   bool split_pairs = false;     // split_kernel taking two-tile segments as one step (D = 64)
 };
@@ -104,6 +105,20 @@ inline constexpr int kMergeWarpSegments = MUSE_ATTN_MERGE_WARP_SEGMENTS;
 #else
 inline constexpr int kMergeWarpSegments = 9;
 #endif
+// Whether a merge warp loads and weighs a segment's (m, l) on one lane (the weight shuffled to
+// the others; fewer instructions) or on every lane (no shuffle chain between the loads and the
+// fold): by one lane while a warp folds at most kMergeByLaneSegments segments. Kernels alone on
+// an H200 (benchmarks/NOTES.md version 19, graph, us, one lane / every lane): SWA R=1 (9 a warp)
+// 4.41 / 4.61, SWA R=4 (9) 5.62 / 5.76, 2k R=2 (8) 4.74 / 5.00; full 32k R=2 (16) 13.97 / 13.48,
+// 128k R=1 (16) 24.46 / 24.08, 8k R=2 (16) 7.31 / 7.23.
+#if defined(MUSE_ATTN_MERGE_BY_LANE_SEGMENTS)  // a tuning knob for benchmarks/kernel_bench.cu
+inline constexpr int kMergeByLaneSegments = MUSE_ATTN_MERGE_BY_LANE_SEGMENTS;
+#else
+inline constexpr int kMergeByLaneSegments = 12;
+#endif
+constexpr bool merge_weights_by_lane(int num_splits, int warps) {
+  return (num_splits + warps - 1) / warps <= kMergeByLaneSegments;
+}
 inline int merge_warps_for(int num_splits, int64_t groups, int rows, int sms) {
   int warps = 1;
   while (warps < kMergeMaxWarps && warps * kMergeBatch < num_splits) warps *= 2;
@@ -148,6 +163,7 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   const int sms = device_multiprocessors();  // 0: then the fewest merge warps, no PDL by size
   plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
                                      int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
+  plan.merge_by_lane = merge_weights_by_lane(p.num_splits.divisor(), plan.merge_warps);
 #if defined(MUSE_ATTN_CUDA)
   const int64_t ctas = split_ctas(p);
   const bool small = sms > 0 && ctas <= int64_t{2} * sms;

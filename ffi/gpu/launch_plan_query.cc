@@ -42,5 +42,6 @@ extern "C" int MUSE_GPU_HANDLER_SYMBOL(MuseLaunchPlan)(const int sizes[kMuseNumS
   plan[kMuseSplitKernel] = lp.split_pingpong ? 2 : lp.split_pairs ? 1 : 0;
   plan[kMuseMergeWarps] = lp.merge_warps;
   plan[kMuseMergePdl] = lp.merge_pdl ? 1 : 0;
+  plan[kMuseMergeByLane] = lp.merge_by_lane ? 1 : 0;
   return 0;
 }

@@ -21,6 +21,7 @@ enum MuseLaunchPlanField {
   kMuseSplitKernel,  // 0: per tile; 1: two-tile steps; 2: ping-pong
   kMuseMergeWarps,   // warps a row in the merge
   kMuseMergePdl,     // 1: the merge is a programmatic dependent launch
+  kMuseMergeByLane,  // 1: the merge weighs a segment on one lane, 0: on every lane
   kMuseNumPlanFields
 };
 

@@ -4,9 +4,10 @@
 // A row is W warps (1 to 8, a power of 2 chosen on the host from the static split count, rows and
 // SM count: launch_plan.h merge_warps_for). Warp w folds segments w, w + W, ...: its
 // lanes hold consecutive d of the row (D / warp-size floats each), so every segment's o row is
-// one coalesced read; a segment's (m, l) is read by one lane, which computes its weight, and the
-// weight reaches the other lanes by a shuffle. A batch of segments' loads is issued before any of
-// them is folded, and a batch is folded with one rescale (the batch's max first, over the lanes).
+// one coalesced read. A segment's (m, l) is read and weighed either by one lane, the weight
+// reaching the other lanes by a shuffle (fold_by_lane), or by every lane (fold_every_lane): the
+// launch plan picks (launch_plan.h merge_weights_by_lane). A batch of segments' loads is issued
+// before any of them is folded, and a batch is folded with one rescale (the batch's max first).
 // The W warps' states then meet in shared memory and the row's first warp writes it. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
 // whole output is defined whatever the split wrote.
@@ -40,12 +41,10 @@ namespace {
 // segment at D = 64 on NVIDIA, 4 at D = 128; one (m, l) a lane), in chunks of 4 that are skipped
 // whole past the row's segments.
 //
-// Version 18 (benchmarks/NOTES.md) moved the (m, l) loads and the weights' exp2 from every lane
-// (one broadcast load and one exp2 a segment) to one lane a segment, and steps the warp's segment
-// pointers instead of clamping and recomputing each: ~480 -> ~200 instructions a warp after the
-// PDL wait at 8 segments a warp. On an H200 (kernels alone) 0.15-0.25 us faster where a warp
-// folds up to 8 segments, 0.1-0.3 us slower where it folds 16 (the batch max and the l sum are
-// shuffle chains after the loads land).
+// The two ways a warp weighs its segments (benchmarks/NOTES.md versions 18 and 19): by one lane a
+// segment takes ~200 instructions a warp after the PDL wait at 8 segments, against ~480 by every
+// lane, and is 0.15-0.25 us faster on an H200 up to 9 segments a warp; at 16 the batch max, the
+// weights' shuffles and the l sum after the loads land make it 0.2-0.5 us slower.
 inline constexpr int kChunk = 4;
 
 // The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
@@ -97,6 +96,101 @@ struct RowFold {
   }
 };
 
+// Where a warp's segments of a row are: its first segment's o (at the lane's floats) and (m, l),
+// one segment further on each, the row's segments and the warp's share (segments wr, wr + W, ...).
+struct WarpSegments {
+  const float* o;
+  const float* ml;
+  int64_t o_seg, ml_seg;
+  int nseg, wr;
+};
+
+// The warp's segments folded, B at a time, every lane loading each segment's (m, l) (a broadcast
+// load) and weighing it: no shuffle between the loads and the fold.
+template <int E, int W>
+__device__ RowFold<E> fold_every_lane(const WarpSegments& s) {
+  constexpr int B = kMergeBatch;
+  RowFold<E> f;
+#pragma unroll 1  // one batch of loads in flight at a time
+  for (int seg0 = s.wr; seg0 < s.nseg; seg0 += B * W) {  // every segment below nseg was written
+    float2 ml[B];
+    Lane<E> o[B];
+#pragma unroll
+    for (int c = 0; c < B; c += kChunk) {
+      if (seg0 + c * W < s.nseg) {  // the same on every lane (one row a warp): no divergence
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) {  // past nseg: the last segment again, weighed 0
+          const int seg = min_i(seg0 + b * W, s.nseg - 1);
+          ml[b] = *reinterpret_cast<const float2*>(s.ml + seg * s.ml_seg);
+          o[b] = Lane<E>::load(s.o + seg * s.o_seg);
+        }
+      } else {
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) ml[b] = make_float2(neg_inf(), 0.0f), o[b] = Lane<E>{};
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < B; ++b)
+      if (seg0 + b * W >= s.nseg) ml[b].x = neg_inf();
+    f.add(ml, o);
+  }
+  return f;
+}
+
+// The warp's segments (n_mine of them) folded, B at a time: lane j < B loads the (m, l) of the
+// batch's j-th segment (one load a lane, not one a segment on every lane) and computes its
+// weight; every lane loads its floats of each segment's o row, and a segment's weight reaches the
+// lanes by a shuffle. l is kept a lane's share at a time (its own segments') and summed over the
+// warp once, after the loop.
+template <int E, int W>
+__device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
+  constexpr int B = kMergeBatch;
+  static_assert(B <= kWarpSize, "a lane a segment of the batch");
+  const int n_mine = s.nseg > s.wr ? (s.nseg - s.wr + W - 1) / W : 0;  // the same on every lane
+  const int64_t o_step = W * s.o_seg;                                   // a segment of the warp further
+  const float* o_next = s.o + s.wr * s.o_seg;
+  const float* ml_next = s.ml + (s.wr + int64_t{lane} * W) * s.ml_seg;
+  RowFold<E> f;
+  float l_lane = 0.0f;
+#pragma unroll 1  // one batch of loads in flight at a time
+  for (int b0 = 0; b0 < n_mine; b0 += B) {
+    const int n = min_i(B, n_mine - b0);  // the batch's segments
+    const float2 ml = lane < n ? *reinterpret_cast<const float2*>(ml_next) : make_float2(neg_inf(), 0.0f);
+    Lane<E> o[B];
+#pragma unroll
+    for (int c = 0; c < B; c += kChunk) {
+      if (c < n) {  // the same on every lane: chunks past the batch's segments are skipped whole
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) o[b] = b < n ? Lane<E>::load(o_next + b * o_step) : Lane<E>{};
+      }
+    }
+    ml_next += int64_t{B} * W * s.ml_seg;
+    o_next += B * o_step;
+    const float mb = fmaxf(f.m, warp_max(ml.x));
+    if (mb == neg_inf()) continue;  // nothing seen yet (the same on every lane)
+    const float a = rescale_weight(f.m, mb);
+    l_lane *= a;
+#pragma unroll
+    for (int e = 0; e < E; ++e) f.acc[e] *= a;
+    const float wj = rescale_weight(ml.x, mb);  // 0 on lanes past the batch and for empty segments
+    l_lane = fmaf(wj, ml.y, l_lane);
+#pragma unroll
+    for (int c = 0; c < B; c += kChunk) {
+      if (c < n) {  // chunks past the batch: neither loaded nor folded
+#pragma unroll
+        for (int b = c; b < c + kChunk; ++b) {  // past the batch: weight 0 and o 0
+          const float w = shfl_from(wj, b);
+#pragma unroll
+          for (int e = 0; e < E; ++e) f.acc[e] = fmaf(w, o[b].v[e], f.acc[e]);
+        }
+      }
+    }
+    f.m = mb;
+  }
+  f.l = xor_reduce<1, kLaneBits>(l_lane, add_op);
+  return f;
+}
+
 // E bf16 (from fp32 times inv) to dst, one store.
 template <int E>
 __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], float inv) {
@@ -113,12 +207,13 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 
 // kDependent: launched as a programmatic dependent of the split kernel (its prologue runs while
 // the split kernel ends); the plain launch's code has nothing of that path (below).
-template <int D, int W, bool kDependent>
+// kByLane: a segment's (m, l) loaded and weighed by one lane (fold_by_lane), else by every lane
+// (fold_every_lane); the launch plan's merge_by_lane.
+template <int D, int W, bool kDependent, bool kByLane>
 __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p) {
   static_assert(W >= 1 && W <= kMergeMaxWarps && (W & (W - 1)) == 0, "a power of 2");
   static_assert(D % kWarpSize == 0, "a lane holds whole floats of the row");
   constexpr int E = D / kWarpSize;   // floats of the row a lane holds
-  constexpr int B = kMergeBatch;
   constexpr int kRows = merge_rows_per_cta(W);  // rows a CTA
   MUSE_TIMELINE(p, kTimelineMergeBase, 0);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -156,56 +251,13 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
   MUSE_TIMELINE_CLOCK(timeline_released);
 
-  // The warp's segments wr, wr + W, ... (n_mine of them), B at a time: lane j < B loads the
-  // (m, l) of the batch's j-th segment (one load a lane, not one a segment on every lane) and
-  // computes its weight; every lane loads its D / warp-size floats of each segment's o row, and
-  // a segment's weight reaches the lanes by a shuffle. l is kept a lane's share at a time (its
-  // own segments') and summed over the warp once, after the loop.
-  const int n_mine = nseg > wr ? (nseg - wr + W - 1) / W : 0;  // the same on every lane
-  const int64_t o_step = W * o_seg;                              // a segment of the warp further
-  const float* o_next = o_src + wr * o_seg;
-  const float* ml_next = ml_src + (wr + int64_t{lane} * W) * ml_seg;
+  const WarpSegments segs{o_src, ml_src, o_seg, ml_seg, nseg, wr};
   RowFold<E> f;
-  float l_lane = 0.0f;
-#pragma unroll 1  // one batch of loads in flight at a time
-  for (int b0 = 0; b0 < n_mine; b0 += B) {
-    const int n = min_i(B, n_mine - b0);  // the batch's segments
-    const float2 ml = lane < n ? *reinterpret_cast<const float2*>(ml_next) : make_float2(neg_inf(), 0.0f);
-    Lane<E> o[B];
-#pragma unroll
-    for (int c = 0; c < B; c += kChunk) {
-      if (c < n) {  // the same on every lane: chunks past the batch's segments are skipped whole
-#pragma unroll
-        for (int b = c; b < c + kChunk; ++b) o[b] = b < n ? Lane<E>::load(o_next + b * o_step) : Lane<E>{};
-      } else {
-#pragma unroll
-        for (int b = c; b < c + kChunk; ++b) o[b] = Lane<E>{};
-      }
-    }
-    ml_next += int64_t{B} * W * ml_seg;
-    o_next += B * o_step;
-    const float mb = fmaxf(f.m, xor_reduce<1, kLaneBits>(ml.x, max_op));
-    if (mb == neg_inf()) continue;  // nothing seen yet (the same on every lane)
-    const float a = rescale_weight(f.m, mb);
-    l_lane *= a;
-#pragma unroll
-    for (int e = 0; e < E; ++e) f.acc[e] *= a;
-    const float wj = rescale_weight(ml.x, mb);  // 0 on lanes past the batch and for empty segments
-    l_lane = fmaf(wj, ml.y, l_lane);
-#pragma unroll
-    for (int c = 0; c < B; c += kChunk) {
-      if (c < n) {
-#pragma unroll
-        for (int b = c; b < c + kChunk; ++b) {  // past the batch: weight 0 and o 0
-          const float w = shfl_from(wj, b);
-#pragma unroll
-          for (int e = 0; e < E; ++e) f.acc[e] = fmaf(w, o[b].v[e], f.acc[e]);
-        }
-      }
-    }
-    f.m = mb;
+  if constexpr (kByLane) {
+    f = fold_by_lane<E, W>(segs, lane);
+  } else {
+    f = fold_every_lane<E, W>(segs);
   }
-  f.l = xor_reduce<1, kLaneBits>(l_lane, add_op);
   MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 4, timeline_released);  // warp 0's segments folded
   if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
     __shared__ float2 sh_ml[kRows][W];
@@ -233,6 +285,7 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
 template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   constexpr int kThreads = merge_threads(W);
+  const bool by_lane = plan.merge_by_lane;
   const dim3 grid(static_cast<unsigned>(merge_row_blocks(p.rows, W)),
                   p.num_requests * p.num_kv_heads.divisor());
 #if defined(MUSE_ATTN_CUDA)
@@ -249,12 +302,17 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true>, p);
+    return by_lane ? cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true, true>, p)
+                   : cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true, false>, p);
   }
 #else
   (void)plan;
 #endif
-  merge_kernel<D, W, false><<<grid, kThreads, 0, stream>>>(p);
+  if (by_lane) {
+    merge_kernel<D, W, false, true><<<grid, kThreads, 0, stream>>>(p);
+  } else {
+    merge_kernel<D, W, false, false><<<grid, kThreads, 0, stream>>>(p);
+  }
   return gpuGetLastError();
 }
 
@@ -274,7 +332,7 @@ bool merge_waits_for_split() {
 #if defined(MUSE_ATTN_CUDA)
   // Every instantiation is built from the same PTX target; one stands for all.
   cudaFuncAttributes attr = {};
-  if (cudaFuncGetAttributes(&attr, merge_kernel<64, 1, true>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, merge_kernel<64, 1, true, true>) != cudaSuccess) {
     (void)cudaGetLastError();  // not left for the next launch's error check
     return false;
   }

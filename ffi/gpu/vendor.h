@@ -144,6 +144,19 @@ __device__ __forceinline__ float xor_reduce(float x, Op op) {
   return x;
 }
 
+// The max of x over the warp / wavefront, on every lane. NVIDIA sm_80+: one warp reduction
+// (redux.sync) of the floats' order-preserving integer images (a negative float's magnitude bits
+// flipped), instead of a butterfly of kLaneBits dependent shuffles; elsewhere the butterfly.
+__device__ __forceinline__ float warp_max(float x) {
+#if defined(MUSE_ATTN_CUDA) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const int i = __float_as_int(x);
+  const int m = __reduce_max_sync(0xffffffffu, i >= 0 ? i : i ^ 0x7fffffff);
+  return __int_as_float(m >= 0 ? m : m ^ 0x7fffffff);
+#else
+  return xor_reduce<1, kLaneBits>(x, max_op);
+#endif
+}
+
 // Whether pred holds on any lane of the warp / wavefront (all lanes must call it).
 __device__ __forceinline__ bool warp_any(bool pred) {
 #if defined(MUSE_ATTN_HIP)
