@@ -119,6 +119,11 @@ _H200_TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2
                   "full8k-r1"}
 _H200_PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
                   "full128k-r2", "full128k-r4", "full128k-r8"}
+# ... and the merge weighing on every lane where a warp folds 16 segments (README, Performance;
+# NOTES.md version 19), by one lane elsewhere (at most 12 a warp).
+_H200_EVERY_LANE = {"full2k-r8", "full8k-r2", "full8k-r4", "full8k-r8", "full32k-r1",
+                    "full32k-r2", "full32k-r4", "full32k-r8", "full128k-r1", "full128k-r2",
+                    "full128k-r8"}
 
 
 def test_default_launch_plans_of_the_benchmark_grid():
@@ -139,6 +144,10 @@ def test_default_launch_plans_of_the_benchmark_grid():
             want = ("two_tile" if config in _H200_TWO_TILE else
                     "pingpong" if config in _H200_PINGPONG else "per_tile")
             assert plan["split_kernel"] == want, (name, plan)
+            assert plan["merge_by_lane"] == (config not in _H200_EVERY_LANE), (name, plan)
+        # a warp's segments: every W-th of the call's splits
+        per_warp = -(-plan["num_splits"] // plan["merge_warps"])
+        assert plan["merge_by_lane"] == (per_warp <= 12), (name, plan)
 
 
 def test_overridden_launch_plans_of_the_benchmark_grid():
