@@ -108,9 +108,12 @@ inline constexpr int kMergeWarpSegments = 9;
 // Whether a merge warp loads and weighs a segment's (m, l) on one lane (the weight shuffled to
 // the others; fewer instructions) or on every lane (no shuffle chain between the loads and the
 // fold): by one lane while a warp folds at most kMergeByLaneSegments segments. Kernels alone on
-// an H200 (benchmarks/NOTES.md version 19, graph, us, one lane / every lane): SWA R=1 (9 a warp)
-// 4.41 / 4.61, SWA R=4 (9) 5.62 / 5.76, 2k R=2 (8) 4.74 / 5.00; full 32k R=2 (16) 13.97 / 13.48,
-// 128k R=1 (16) 24.46 / 24.08, 8k R=2 (16) 7.31 / 7.23.
+// an H200, both ways forced in one run (benchmarks/NOTES.md version 19, graph, us, one lane /
+// every lane): SWA R=1 (9 a warp) 4.56-4.57 / 4.62-4.63, full 2k R=2 (8) 4.85 / 5.03; full 32k
+// R=2 (16) 14.10-14.13 / 13.49-13.53, 128k R=1 (16) 24.64-24.65 / 24.27-24.28, 8k R=8 (16, one
+// warp a row) 13.20-13.21 / 12.64-12.79, but full 2k R=8 (16, one warp) 6.90-6.91 / 6.95-7.05.
+// Nothing between 9 and 16 a warp was measured (12: SWA R = 8-16, 128k R=16 by one lane). Tuned
+// on an H200 only; on AMD warp_max is a 6-step butterfly (vendor.h) and the trade is unmeasured.
 #if defined(MUSE_ATTN_MERGE_BY_LANE_SEGMENTS)  // a tuning knob for benchmarks/kernel_bench.cu
 inline constexpr int kMergeByLaneSegments = MUSE_ATTN_MERGE_BY_LANE_SEGMENTS;
 #else

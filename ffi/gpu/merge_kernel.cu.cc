@@ -43,8 +43,10 @@ namespace {
 //
 // The two ways a warp weighs its segments (benchmarks/NOTES.md versions 18 and 19): by one lane a
 // segment takes ~200 instructions a warp after the PDL wait at 8 segments, against ~480 by every
-// lane, and is 0.15-0.25 us faster on an H200 up to 9 segments a warp; at 16 the batch max, the
-// weights' shuffles and the l sum after the loads land make it 0.2-0.5 us slower.
+// lane. On an H200, kernels alone, both in one run: by one lane 0.06-0.18 us faster at 8-9
+// segments a warp (SWA R=1, full 2k R=2); at 16 the batch max, the weights' shuffles and the l
+// sum after the loads land make it 0.06-0.6 us slower (8k R=2 .. 32k R=2), except full 2k R=8
+// (one warp a row, 0.05-0.15 us faster by one lane).
 inline constexpr int kChunk = 4;
 
 // The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
@@ -305,8 +307,6 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
     return by_lane ? cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true, true>, p)
                    : cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true, false>, p);
   }
-#else
-  (void)plan;
 #endif
   if (by_lane) {
     merge_kernel<D, W, false, true><<<grid, kThreads, 0, stream>>>(p);
