@@ -96,7 +96,9 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     for (int r = 0; r < R; ++r) lens[r] = r % 3 == 2 ? 5 : L - 37 * r;
     nreq = R > 1 ? R - 1 : R;
   }
-  VerifyParams p{};
+  // As verify_attention with num_reqs=None (static R); poisoned runs read a padded count from nr.
+  VerifyParams p = muse_attn::gpu::sized_params(R, kNq, kHq, kHkv, kD, pages, window, splits,
+                                                poison ? -1 : R);
   uint16_t *kv, *q, *out;
   int32_t *bt, *sl, *nr;
   float *po, *pml;
@@ -115,12 +117,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   CHECK(cudaMemcpy(sl, lens.data(), R * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(nr, &nreq, 4, cudaMemcpyHostToDevice));
   p.q = q; p.kv = kv; p.table = bt; p.seq_lens = sl; p.num_reqs = nr; p.out = out;
-  // As verify_attention with num_reqs=None (static R); poisoned runs read a padded count from nr.
-  p.num_reqs_static = poison ? -1 : R;
   p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
-  p.num_requests = R; p.tokens = kNq; p.num_q_heads = kHq; p.num_kv_heads = muse_attn::FastDiv(kHkv);
-  p.qpk = muse_attn::FastDiv(kHq / kHkv); p.head_dim = kD; p.rows = rows; p.pages = pages; p.window = window;
-  p.num_splits = muse_attn::FastDiv(splits); p.scale_log2 = 0.125f * 1.4426950408889634f;
+  p.scale_log2 = 0.125f * 1.4426950408889634f;
 
 #if defined(MUSE_ATTN_TIMELINE)
   using muse_attn::gpu::kTimelineEvents;

@@ -148,8 +148,8 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
     loads and weighs a segment's (m, l) on one lane of a warp, else on every lane). "two_tile"
     and "pingpong" name the kernel variant launched; their steps are compiled for sm_90a (the
     default CUDA build), so a build without sm_90a code runs them tile by tile. The
-    ``MUSE_ATTN_PINGPONG`` / ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL`` overrides apply as in a call
-    (read once a process).
+    ``MUSE_ATTN_PINGPONG`` / ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL`` / ``MUSE_ATTN_MERGE_BY_LANE``
+    overrides apply as in a call (read once a process).
     RuntimeError on a platform with no GPU handler (the CPU handler has one plan).
     """
     _check_num_splits("launch_plan", num_splits)

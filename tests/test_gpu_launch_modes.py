@@ -8,8 +8,10 @@ split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 1
 poisoned slots, one-tile and odd-tile segments): MUSE_ATTN_PDL=0 for the plain launch, =1 for
 PDL on every grid; MUSE_ATTN_PINGPONG=1 for the ping-pong split kernel wherever D = 64, =0 for
 the one-warpgroup split kernel everywhere; MUSE_ATTN_PAIRS=1 for the split kernel that takes
-two-tile segments as one step wherever D = 64 (the ping-pong kernel off), =0 for never. The plan
-is read once a process, so each runs in its own pytest process.
+two-tile segments as one step wherever D = 64 (the ping-pong kernel off), =0 for never;
+MUSE_ATTN_MERGE_BY_LANE=1 / 0 for the merge weighing a segment on one lane / on every lane at any
+split count (by default one lane up to 12 segments a warp). The plan is read once a process, so
+each runs in its own pytest process.
 """
 
 import json
@@ -36,6 +38,8 @@ PLANS = {
     "split_one_team": {"MUSE_ATTN_PINGPONG": "0"},
     "split_pairs": {"MUSE_ATTN_PAIRS": "1", "MUSE_ATTN_PINGPONG": "0"},
     "split_no_pairs": {"MUSE_ATTN_PAIRS": "0"},
+    "merge_by_lane": {"MUSE_ATTN_MERGE_BY_LANE": "1"},
+    "merge_every_lane": {"MUSE_ATTN_MERGE_BY_LANE": "0"},
 }
 
 
@@ -43,6 +47,8 @@ PLANS = {
 # the launch plan picks that kernel for them on an H200, but nothing there can tell which kernel
 # ran; forced, both kernels are checked on them.
 TWO_TILE_PLANS = ("split_pairs", "split_no_pairs")
+# The merge's plans also run test_gpu.py's merge-rows cases (1-8 warps a row, 1-300 splits).
+MERGE_WAY_PLANS = ("merge_by_lane", "merge_every_lane")
 
 
 @pytest.mark.parametrize("plan", sorted(PLANS))
@@ -51,6 +57,8 @@ def test_forced_launch_plan(plan):
     files, keywords = [os.path.join(HERE, "test_cpu_ffi.py")], "num_splits"
     if plan in TWO_TILE_PLANS:
         files, keywords = files + [os.path.join(HERE, "test_gpu.py")], "num_splits or two_tile"
+    if plan in MERGE_WAY_PLANS:
+        files, keywords = files + [os.path.join(HERE, "test_gpu.py")], "num_splits or merge_rows"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
            "-k", keywords, *files]
     proc = subprocess.run(cmd, env=env, cwd=HERE, capture_output=True, text=True, timeout=600)
@@ -99,7 +107,7 @@ for c in bench.full_grid():
         out[f"{c.name}-d{d}"] = jax_muse_attn.launch_plan(q, kv, bt, window=c.window)
 json.dump(out, sys.stdout)
 """
-_OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS")
+_OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS", "MUSE_ATTN_MERGE_BY_LANE")
 
 
 def _grid_plans(**overrides):
@@ -167,3 +175,6 @@ def test_overridden_launch_plans_of_the_benchmark_grid():
                 assert plan["split_kernel"] == want, (overrides, name, plan)
             if pdl is not None:
                 assert plan["merge_pdl"] == pdl, (overrides, name, plan)
+    for forced in ("0", "1"):  # both merges are built for every platform
+        for name, plan in _grid_plans(MUSE_ATTN_MERGE_BY_LANE=forced).items():
+            assert plan["merge_by_lane"] == (forced == "1"), (forced, name, plan)

@@ -40,6 +40,28 @@ struct VerifyParams {
 #endif
 };
 
+// The static sizes of VerifyParams, which launch geometry and plan_launch() read (the
+// pointers and num_blocks / table_stride / scale_log2 left unset): filled once here for the
+// handler (verify_attention_gpu.cc) and the plan query (launch_plan_query.cc) alike, so the
+// plan Python is told is the plan a call of those sizes launches.
+inline VerifyParams sized_params(int num_requests, int tokens, int num_q_heads, int num_kv_heads,
+                                 int head_dim, int pages, int window, int num_splits,
+                                 int num_reqs_static) {
+  VerifyParams p{};
+  p.num_requests = num_requests;
+  p.tokens = tokens;
+  p.num_q_heads = num_q_heads;
+  p.num_kv_heads = FastDiv(num_kv_heads);
+  p.qpk = FastDiv(num_q_heads / num_kv_heads);
+  p.head_dim = head_dim;
+  p.rows = tokens * (num_q_heads / num_kv_heads);  // <= 16 x Hq
+  p.pages = pages;
+  p.window = window;
+  p.num_splits = FastDiv(num_splits);
+  p.num_reqs_static = num_reqs_static;
+  return p;
+}
+
 inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps x 16)
 // (request, KV head) groups a call may have: the kernels' grid y (the CUDA / HIP limit).
 // jax_muse_attn/attention.py refuses more at trace time (_MAX_GPU_GROUPS).

@@ -166,7 +166,12 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   const int sms = device_multiprocessors();  // 0: then the fewest merge warps, no PDL by size
   plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
                                      int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
-  plan.merge_by_lane = merge_weights_by_lane(p.num_splits.divisor(), plan.merge_warps);
+  // MUSE_ATTN_MERGE_BY_LANE=1 / 0 forces the merge's one-lane / every-lane weighing (tests,
+  // benchmarks); read once a process.
+  static const int by_lane = env_force("MUSE_ATTN_MERGE_BY_LANE");
+  plan.merge_by_lane = by_lane == -1
+                           ? merge_weights_by_lane(p.num_splits.divisor(), plan.merge_warps)
+                           : by_lane == 1;
 #if defined(MUSE_ATTN_CUDA)
   const int64_t ctas = split_ctas(p);
   const bool small = sms > 0 && ctas <= int64_t{2} * sms;

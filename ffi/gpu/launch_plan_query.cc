@@ -1,8 +1,8 @@
 // The launch plan (gpu/launch_plan.h) a call of given static sizes gets on the current device,
 // asked from Python (module.cc: gpu_launch_plan; jax_muse_attn.launch_plan) by tests and users:
 // which split kernel runs, the merge's warps a row, whether the merge is a programmatic
-// dependent launch. The same plan_launch() the handler calls, on the sizes the handler fills
-// into VerifyParams (verify_attention_gpu.cc; plan_launch reads no pointer); nothing is launched.
+// dependent launch. The same plan_launch() the handler calls, on VerifyParams filled by the same
+// sized_params() (kernels.h; plan_launch reads no pointer); nothing is launched.
 #include <cstdint>
 
 #include "gpu/kernels.h"
@@ -26,18 +26,8 @@ extern "C" int MUSE_GPU_HANDLER_SYMBOL(MuseLaunchPlan)(const int sizes[kMuseNumS
       int64_t{num_requests} * num_kv_heads > kMaxGroups || pages < 1 || window < 0 ||
       num_splits < 1)
     return -1;
-  VerifyParams p{};
-  p.num_requests = num_requests;
-  p.tokens = tokens;
-  p.num_q_heads = num_q_heads;
-  p.num_kv_heads = FastDiv(num_kv_heads);
-  p.qpk = FastDiv(num_q_heads / num_kv_heads);
-  p.head_dim = head_dim;
-  p.rows = tokens * (num_q_heads / num_kv_heads);  // <= 16 x Hq
-  p.pages = pages;
-  p.window = window;
-  p.num_splits = FastDiv(num_splits);
-  p.num_reqs_static = -1;
+  const VerifyParams p = sized_params(num_requests, tokens, num_q_heads, num_kv_heads, head_dim,
+                                      pages, window, num_splits, /*num_reqs_static=*/-1);
   const LaunchPlan lp = plan_launch(p);
   plan[kMuseSplitKernel] = lp.split_pingpong ? 2 : lp.split_pairs ? 1 : 0;
   plan[kMuseMergeWarps] = lp.merge_warps;

@@ -284,10 +284,16 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 6, timeline_released);
 }
 
+// The merge kernel of a plan's weighing (one lane or every lane a segment), as a programmatic
+// dependent of the split kernel or not.
+template <int D, int W, bool kDependent>
+auto merge_kernel_for(bool by_lane) {
+  return by_lane ? merge_kernel<D, W, kDependent, true> : merge_kernel<D, W, kDependent, false>;
+}
+
 template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   constexpr int kThreads = merge_threads(W);
-  const bool by_lane = plan.merge_by_lane;
   const dim3 grid(static_cast<unsigned>(merge_row_blocks(p.rows, W)),
                   p.num_requests * p.num_kv_heads.divisor());
 #if defined(MUSE_ATTN_CUDA)
@@ -304,15 +310,10 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return by_lane ? cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true, true>, p)
-                   : cudaLaunchKernelEx(&cfg, merge_kernel<D, W, true, false>, p);
+    return cudaLaunchKernelEx(&cfg, merge_kernel_for<D, W, true>(plan.merge_by_lane), p);
   }
 #endif
-  if (by_lane) {
-    merge_kernel<D, W, false, true><<<grid, kThreads, 0, stream>>>(p);
-  } else {
-    merge_kernel<D, W, false, false><<<grid, kThreads, 0, stream>>>(p);
-  }
+  merge_kernel_for<D, W, false>(plan.merge_by_lane)<<<grid, kThreads, 0, stream>>>(p);
   return gpuGetLastError();
 }
 

@@ -46,7 +46,9 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
     return ffi::Error::InvalidArgument(
         "jax_muse_attn verify_attention (GPU): D must be 64 or 128, got " +
         std::to_string(pr.head_dim));
-  VerifyParams p;
+  VerifyParams p = sized_params(pr.num_requests, pr.tokens, pr.num_q_heads, pr.num_kv_heads,
+                                pr.head_dim, pr.pages, pr.window, pr.num_splits,
+                                pr.num_reqs_static);
   p.q = q.typed_data();
   p.kv = kv_cache.typed_data();
   p.table = block_table.typed_data();
@@ -57,17 +59,6 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.part_ml = part_ml->typed_data();
   p.num_blocks = pr.num_blocks;
   p.table_stride = pr.table_row_stride;
-  p.num_requests = pr.num_requests;
-  p.tokens = pr.tokens;
-  p.num_q_heads = pr.num_q_heads;
-  p.num_kv_heads = FastDiv(pr.num_kv_heads);
-  p.qpk = FastDiv(pr.qpk);
-  p.head_dim = pr.head_dim;
-  p.rows = pr.rows();
-  p.pages = pr.pages;
-  p.window = pr.window;
-  p.num_splits = FastDiv(pr.num_splits);
-  p.num_reqs_static = pr.num_reqs_static;
   p.scale_log2 = pr.scale_log2;
   const LaunchPlan plan = plan_launch(p);  // host-side only: the same every call
   if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
