@@ -28,6 +28,8 @@
 #              /tmp/kernel_bench built from this tree, alternating, two rounds (KB_ARGS: configs)
 #   sass       SASS of the split and merge kernels to $OUT/sass_*.txt (SASS_FLAGS: nvcc flags)
 #   latency    benchmarks/latency_probe.cu: one thread's dependent load / copy / atomic latencies
+#   pdlprobe   benchmarks/pdl_probe.cu: the first loads after a programmatic dependent launch's
+#              wait, against a plain launch's
 #   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -109,6 +111,9 @@ for s in "${steps[@]}"; do
     latency)  # benchmarks/latency_probe.cu: dependent-load latencies, cold and after a warm-up
       nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
       TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;
+    pdlprobe)  # benchmarks/pdl_probe.cu: load latencies right after griddepcontrol.wait
+      nvcc -O3 -arch=sm_90a -o /tmp/pdl_probe "$ROOT/benchmarks/pdl_probe.cu" >"$LOGS/pdlprobe_build.log" 2>&1
+      TAIL_LINES=10 run_step pdlprobe 60 /tmp/pdl_probe ;;
     kbab)  # base (.kb_base) against this tree, the kernels alone, alternating, two rounds
       if [[ ! -d "$ROOT/.kb_base/ffi" ]]; then
         echo "device_check: kbab needs $ROOT/.kb_base (see the header)" >&2
