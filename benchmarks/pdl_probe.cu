@@ -1,13 +1,14 @@
 // What the first loads after a programmatic dependent launch's wait cost, against the same loads
-// in a plainly launched kernel: the merge of a latency-bound call takes ~1400-1600 SM cycles from
-// its release (griddepcontrol.wait returning) to its first partials folded (benchmarks/NOTES.md
-// versions 13 and 19), far more than an L2 hit. Is that the wait's, or the merge's?
+// in a plainly launched kernel: the merge of a latency-bound call takes ~1300-1600 SM cycles from
+// its release (griddepcontrol.wait returning) to its own segments' partials in (benchmarks/NOTES.md
+// versions 13, 19 and 20), far more than an L2 hit. Is that the wait's, or the merge's?
 //   nvcc -O3 -arch=sm_90a -o /tmp/pdl_probe benchmarks/pdl_probe.cu && /tmp/pdl_probe
 // A writer grid (2 CTAs an SM, like the split kernel at 2 CTAs an SM) lets its dependents launch
-// at once, spins ~3 us, writes an 8 MiB buffer (like a call's partials) and exits. The reader (one
-// CTA an SM, one timing thread each) is launched plainly after it or as its programmatic
-// dependent; after the wait it times, one at a time, dependent 4-byte loads of lines
-//   written: a line of the writer's buffer written by another CTA (the merge's first load);
+// at once, spins ~5 us (2000 dependent FMAs), writes an 8 MiB buffer (like a call's partials) and
+// exits. The reader (one CTA an SM, one timing thread each) is launched plainly after it or as
+// its programmatic dependent; after the wait it times, one at a time, dependent 4-byte loads of
+//   written: a line of the writer's buffer (the merge's first load; always loaded first, so it
+//            also carries whatever a first touch costs);
 //   written again: another such line (the merge's next batch);
 //   untouched: a line of a buffer read into L2 before the writer ran (a plain L2 hit);
 //   L1 hit: the first line again (the chain's own cost a step).
@@ -71,7 +72,7 @@ __global__ void reader(const uint32_t* buf, const uint32_t* other, const uint64_
                        uint64_t* out, uint32_t zero) {
   if (threadIdx.x != 0) return;
   const int lines = kWords / kLineWords;
-  // lines far from this CTA's own writes (another CTA wrote them), and a line of `other`
+  // two lines of the writer's buffer (written by some writer CTA), and a line of `other`
   const uint32_t* a = buf + size_t((blockIdx.x * 7919 + lines / 2) % lines) * kLineWords;
   const uint32_t* b = buf + size_t((blockIdx.x * 104729 + lines / 3) % lines) * kLineWords;
   const uint32_t* c = other + size_t((blockIdx.x * 613) % lines) * kLineWords;
@@ -130,7 +131,8 @@ __global__ void burst(const uint4* buf, uint64_t* out, uint32_t zero) {
 
 __global__ void touch(const uint32_t* p, uint32_t* sink) {  // `other` into L2
   uint32_t s = 0;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kWords; i += gridDim.x * blockDim.x) s += p[i];
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kWords; i += gridDim.x * blockDim.x)
+    s += p[i];
   if (s == 0xFFFFFFFFu) *sink = s;
 }
 
@@ -152,8 +154,10 @@ int main() {
     std::vector<uint64_t> fig[kFigures];
     for (int rep = 0; rep < 22; ++rep) {
       touch<<<sms, 256, 0, st>>>(other, sink);
+      CHECK(cudaGetLastError());
       CHECK(cudaMemsetAsync(last, 0, 8, st));
       writer<<<2 * sms, 128, 0, st>>>(buf, last, 2000);
+      CHECK(cudaGetLastError());
       cudaLaunchConfig_t cfg = {};
       cfg.gridDim = dim3(sms);
       cfg.blockDim = dim3(32);
@@ -175,13 +179,15 @@ int main() {
       CHECK(cudaStreamSynchronize(st));
       if (rep < 2) continue;  // warm-up
       for (int b = 0; b < sms; ++b)
-        for (int k = 0; k < kFigures; ++k) fig[k].push_back(h[static_cast<size_t>(b) * kFigures + k]);
+        for (int k = 0; k < kFigures; ++k)
+          fig[k].push_back(h[static_cast<size_t>(b) * kFigures + k]);
     }
     std::printf("%-16s", names[mode]);
     const char* what[] = {"written", "written again", "untouched", "L1 hit", "release ns"};
     for (int k = 0; k < kFigures; ++k) {
       std::sort(fig[k].begin(), fig[k].end());
-      std::printf("  %s %5llu [%llu - %llu]", what[k], (unsigned long long)fig[k][fig[k].size() / 2],
+      std::printf("  %s %5llu [%llu - %llu]", what[k],
+                  (unsigned long long)fig[k][fig[k].size() / 2],
                   (unsigned long long)fig[k].front(), (unsigned long long)fig[k].back());
     }
     std::printf("\n");
@@ -193,6 +199,8 @@ int main() {
       for (int rep = 0; rep < 22; ++rep) {
         CHECK(cudaMemsetAsync(last, 0, 8, st));
         writer<<<2 * sms, 128, 0, st>>>(buf, last, 2000);
+        CHECK(cudaGetLastError());
+      CHECK(cudaGetLastError());
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(sms);
         cfg.blockDim = dim3(128);

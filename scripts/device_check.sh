@@ -112,7 +112,8 @@ for s in "${steps[@]}"; do
       nvcc -O3 -arch=sm_90 -o /tmp/latency_probe "$ROOT/benchmarks/latency_probe.cu" >"$LOGS/latency_build.log" 2>&1
       TAIL_LINES=30 run_step latency 60 /tmp/latency_probe ;;
     pdlprobe)  # benchmarks/pdl_probe.cu: load latencies right after griddepcontrol.wait
-      nvcc -O3 -arch=sm_90a -o /tmp/pdl_probe "$ROOT/benchmarks/pdl_probe.cu" >"$LOGS/pdlprobe_build.log" 2>&1
+      nvcc -O3 -arch=sm_90a -o /tmp/pdl_probe "$ROOT/benchmarks/pdl_probe.cu" \
+        >"$LOGS/pdlprobe_build.log" 2>&1
       TAIL_LINES=10 run_step pdlprobe 60 /tmp/pdl_probe ;;
     kbab)  # base (.kb_base) against this tree, the kernels alone, alternating, two rounds
       if [[ ! -d "$ROOT/.kb_base/ffi" ]]; then

@@ -48,7 +48,8 @@ def test_clock_reads_bracket_the_chain():
     # take several times what 1 does.
     assert d16 > 4 * d1, (d1, d16)
     # A call's device time fits in its own wall time (the same call: another call's could be
-    # longer on a busy host).
+    # longer on a busy host). Misordered reads are caught above; this catches wrong units
+    # (ns_per_tick, clock_ns joining the words).
     t = time.perf_counter()
     t0, t1, _ = jax.block_until_ready(f16(x))
     wall16 = time.perf_counter() - t

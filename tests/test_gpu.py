@@ -177,7 +177,8 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
         assert np.isfinite(o).all(), what
         assert not o[5 * NQ:].any(), f"padding rows not zero: {what}"
         np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
-    if BACKEND == "ffi":  # both of the merge's ways ran (one where MUSE_ATTN_MERGE_BY_LANE forces it)
+    # both of the merge's ways ran (only the forced one where MUSE_ATTN_MERGE_BY_LANE forces it)
+    if BACKEND == "ffi":
         forced = os.environ.get("MUSE_ATTN_MERGE_BY_LANE")
         assert by_lane == ({forced == "1"} if forced in ("0", "1") else {True, False}), by_lane
 
