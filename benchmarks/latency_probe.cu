@@ -8,20 +8,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e_ = (x);                                                             \
-    if (e_ != cudaSuccess) {                                                          \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));          \
-      return 1;                                                                       \
-    }                                                                                 \
-  } while (0)
-
-__device__ __forceinline__ uint64_t gtimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
+#include "probe_common.h"
 
 // mode 0: ld.global.cg chase; 1: cp.async 16 B chase through shared memory; 2: atomicAdd chain;
 // 3: store + __threadfence chain.

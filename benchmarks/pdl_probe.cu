@@ -23,20 +23,7 @@
 #include <cstdio>
 #include <vector>
 
-#define CHECK(x)                                                             \
-  do {                                                                       \
-    cudaError_t e_ = (x);                                                    \
-    if (e_ != cudaSuccess) {                                                 \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                              \
-    }                                                                        \
-  } while (0)
-
-__device__ __forceinline__ uint64_t gtimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
+#include "probe_common.h"
 
 // A 4-byte load whose address depends on `after` (times a runtime zero, so the compiler cannot
 // drop the dependence): it issues only once `after` has landed.
@@ -136,6 +123,26 @@ __global__ void touch(const uint32_t* p, uint32_t* sink) {  // `other` into L2
   if (s == 0xFFFFFFFFu) *sink = s;
 }
 
+// The writer, then `kernel` (grid: one CTA an SM) on the same stream, plainly or as the
+// writer's programmatic dependent.
+template <typename Kernel, typename... Args>
+cudaError_t writer_then(cudaStream_t st, int sms, uint32_t* buf, uint64_t* last, bool dependent,
+                        int threads, Kernel kernel, Args... args) {
+  if (cudaError_t e = cudaMemsetAsync(last, 0, 8, st); e != cudaSuccess) return e;
+  writer<<<2 * sms, 128, 0, st>>>(buf, last, 2000);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(sms);
+  cfg.blockDim = dim3(threads);
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 int main() {
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -155,25 +162,14 @@ int main() {
     for (int rep = 0; rep < 22; ++rep) {
       touch<<<sms, 256, 0, st>>>(other, sink);
       CHECK(cudaGetLastError());
-      CHECK(cudaMemsetAsync(last, 0, 8, st));
-      writer<<<2 * sms, 128, 0, st>>>(buf, last, 2000);
-      CHECK(cudaGetLastError());
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3(sms);
-      cfg.blockDim = dim3(32);
-      cfg.stream = st;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attr[0].val.programmaticStreamSerializationAllowed = 1;
-      cfg.attrs = attr;
-      cfg.numAttrs = mode == 0 ? 0 : 1;
-      if (mode == 2) {
-        CHECK(cudaLaunchKernelEx(&cfg, reader<true>, (const uint32_t*)buf, (const uint32_t*)other,
-                                 (const uint64_t*)last, out, 0u));
-      } else {
-        CHECK(cudaLaunchKernelEx(&cfg, reader<false>, (const uint32_t*)buf, (const uint32_t*)other,
-                                 (const uint64_t*)last, out, 0u));
-      }
+      const uint32_t *rbuf = buf, *rother = other;  // as the reader takes them
+      const uint64_t* rlast = last;
+      const bool dependent = mode != 0;
+      CHECK(mode == 2
+                ? writer_then(st, sms, buf, last, dependent, 32, reader<true>, rbuf, rother, rlast,
+                              out, 0u)
+                : writer_then(st, sms, buf, last, dependent, 32, reader<false>, rbuf, rother, rlast,
+                              out, 0u));
       std::vector<uint64_t> h(static_cast<size_t>(sms) * kFigures);
       CHECK(cudaMemcpyAsync(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost, st));
       CHECK(cudaStreamSynchronize(st));
@@ -197,23 +193,11 @@ int main() {
     for (int n : {1, 8, 16}) {
       std::vector<uint64_t> fig;
       for (int rep = 0; rep < 22; ++rep) {
-        CHECK(cudaMemsetAsync(last, 0, 8, st));
-        writer<<<2 * sms, 128, 0, st>>>(buf, last, 2000);
-        CHECK(cudaGetLastError());
-      CHECK(cudaGetLastError());
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(sms);
-        cfg.blockDim = dim3(128);
-        cfg.stream = st;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = pdl;
         const uint4* b4 = reinterpret_cast<const uint4*>(buf);
-        if (n == 1) CHECK(cudaLaunchKernelEx(&cfg, burst<1>, b4, out, 0u));
-        if (n == 8) CHECK(cudaLaunchKernelEx(&cfg, burst<8>, b4, out, 0u));
-        if (n == 16) CHECK(cudaLaunchKernelEx(&cfg, burst<16>, b4, out, 0u));
+        const bool dep = pdl == 1;
+        if (n == 1) CHECK(writer_then(st, sms, buf, last, dep, 128, burst<1>, b4, out, 0u));
+        if (n == 8) CHECK(writer_then(st, sms, buf, last, dep, 128, burst<8>, b4, out, 0u));
+        if (n == 16) CHECK(writer_then(st, sms, buf, last, dep, 128, burst<16>, b4, out, 0u));
         std::vector<uint64_t> h(sms);
         CHECK(cudaMemcpyAsync(h.data(), out, h.size() * 8, cudaMemcpyDeviceToHost, st));
         CHECK(cudaStreamSynchronize(st));
