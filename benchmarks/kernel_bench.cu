@@ -101,7 +101,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
                                                 poison ? -1 : R);
   uint16_t *kv, *q, *out;
   int32_t *bt, *sl, *nr;
-  float *po, *pml;
+  uint16_t* po;  // partial o, bf16
+  float* pml;
   CHECK(cudaMalloc(&kv, kv_elems * 2));
   CHECK(cudaMalloc(&q, h_q.size() * 2));
   CHECK(cudaMalloc(&out, h_q.size() * 2));
@@ -109,7 +110,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   CHECK(cudaMalloc(&sl, R * 4));
   CHECK(cudaMalloc(&nr, 4));
   const size_t states = static_cast<size_t>(R) * kHkv * splits * rows;
-  CHECK(cudaMalloc(&po, states * kD * 4));
+  CHECK(cudaMalloc(&po, states * kD * 2));
   CHECK(cudaMalloc(&pml, states * 2 * 4));
   CHECK(cudaMemcpy(kv, h_kv.data(), kv_elems * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(q, h_q.data(), h_q.size() * 2, cudaMemcpyHostToDevice));

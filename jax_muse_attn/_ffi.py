@@ -137,7 +137,7 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
     s = shapes
     out_types = (
         jax.ShapeDtypeStruct(q3.shape, jnp.bfloat16),
-        jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, s.head_dim), jnp.float32),  # partial o
+        jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, s.head_dim), jnp.bfloat16),  # partial o
         jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, 2), jnp.float32),  # partial (m, l)
     )
     out, _, _ = jax.ffi.ffi_call(TARGET_NAME, out_types, vmap_method="sequential")(

@@ -2,7 +2,8 @@
 // step for step, so every CI run on a machine without a GPU exercises the same geometry.
 //   split: for each (request, KV head) group and each segment of whole 64-key tiles
 //          (muse_attn/geometry.h), an online softmax over the segment's tiles gives fp32
-//          partials (m, l, o) for the group's NQ * qpk rows (muse_attn/softmax_state.h);
+//          partials (m, l, o) for the group's NQ * qpk rows (muse_attn/softmax_state.h), o
+//          rounded to bf16 as the GPU stores it (muse_attn/partials.h);
 //   merge: each output row combines its group's segments with the max trick, divides by l
 //          and is rounded to bf16.
 // It reads only the memory the spec allows (README.md, Semantics): live block-table entries (muse_attn/page_table.h),
@@ -44,7 +45,7 @@ struct Inputs {
   const uint16_t* q;         // [NQ*R, Hq, D]
   const uint16_t* kv;        // [blocks, Hkv, 16, 2D]
   const int32_t* table;      // [>=R, P]
-  float* part_o;             // [groups, S, rows, D]
+  uint16_t* part_o;          // [groups, S, rows, D] bf16
   float* part_ml;            // [groups, S, rows, 2]
 };
 
@@ -127,8 +128,8 @@ void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
   const PartialsLayout lay = p.partials();
   const int group = r * p.num_kv_heads + kvh;
   for (int row = 0; row < rows; ++row) {
-    std::memcpy(in.part_o + lay.o_offset(group, seg, row), &o[row * d_dim],
-                sizeof(float) * d_dim);
+    uint16_t* po = in.part_o + lay.o_offset(group, seg, row);
+    for (int d = 0; d < d_dim; ++d) po[d] = f32_to_bf16(o[row * d_dim + d]);  // as the GPU stores it
     in.part_ml[lay.ml_offset(group, seg, row)] = st[row].m;
     in.part_ml[lay.ml_offset(group, seg, row) + 1] = st[row].l;
   }
@@ -154,8 +155,8 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
         const float w = ms.weight(in.part_ml[lay.ml_offset(group, seg, row)]);
         if (w == 0.0f) continue;
         l_sum += w * in.part_ml[lay.ml_offset(group, seg, row) + 1];
-        const float* po = in.part_o + lay.o_offset(group, seg, row);
-        for (int d = 0; d < d_dim; ++d) acc[d] += w * po[d];
+        const uint16_t* po = in.part_o + lay.o_offset(group, seg, row);
+        for (int d = 0; d < d_dim; ++d) acc[d] += w * bf16_to_f32(po[d]);
       }
     }
     const float inv = safe_inverse(l_sum);
@@ -170,7 +171,7 @@ ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, H
                                 ffi::BufferR1<ffi::S32> seq_lens,     // [>=R]
                                 ffi::BufferR0<ffi::S32> num_reqs,     // real requests
                                 ffi::ResultBufferR3<ffi::BF16> out,   // like q
-                                ffi::ResultBufferR4<ffi::F32> part_o,   // [R*Hkv, S, rows, D]
+                                ffi::ResultBufferR4<ffi::BF16> part_o,  // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
                                 int32_t num_splits, int32_t num_reqs_static) {

@@ -19,7 +19,7 @@ struct VerifyParams {
   const int32_t* num_reqs;    // scalar: real requests (clamped to [0, R] on the device)
   int num_reqs_static;        // real requests if known at trace time (*num_reqs not read), or -1
   uint16_t* out;              // like q
-  float* part_o;              // [R*Hkv, S, rows, D]
+  uint16_t* part_o;           // [R*Hkv, S, rows, D] bf16, rows in partial_o_order.h's order
   float* part_ml;             // [R*Hkv, S, rows, 2]
   int64_t num_blocks;
   int64_t table_stride;       // elements between block-table rows

@@ -25,6 +25,7 @@
 
 #include "gpu/kernels.h"
 #include "gpu/launch_plan.h"
+#include "gpu/partial_o_order.h"
 #include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
@@ -49,24 +50,37 @@ namespace {
 // (one warp a row, 0.05-0.15 us faster by one lane).
 inline constexpr int kChunk = 4;
 
-// The floats of a row one lane holds: D / warp-size consecutive ones, loaded as one vector.
+// A lane's share of a segment's partial o row: E = D / warp-size consecutive bf16 (positions
+// E * lane .., partial_o_order.h), loaded as one vector and kept packed until folded: widened
+// where loads had already been issued for the whole batch, a chunk's loads never wait for an
+// earlier chunk's data (widening right after each load did: 0.3-0.5 us slower, NOTES.md
+// version 21).
 template <int E>
 struct Lane {
-  float v[E];
-  __device__ static Lane load(const float* src) {
+  uint32_t bits[(E + 1) / 2];  // bf16 pairs, low half first
+  __device__ float at(int e) const {
+    return __uint_as_float(e % 2 == 0 ? bits[e / 2] << 16 : bits[e / 2] & 0xFFFF0000u);
+  }
+  __device__ static Lane load(const uint16_t* src) {
     Lane x;
     if constexpr (E == 4) {
-      const float4 t = *reinterpret_cast<const float4*>(src);
-      x.v[0] = t.x, x.v[1] = t.y, x.v[2] = t.z, x.v[3] = t.w;
+      const uint2 t = *reinterpret_cast<const uint2*>(src);
+      x.bits[0] = t.x, x.bits[1] = t.y;
     } else if constexpr (E == 2) {
-      const float2 t = *reinterpret_cast<const float2*>(src);
-      x.v[0] = t.x, x.v[1] = t.y;
+      x.bits[0] = *reinterpret_cast<const uint32_t*>(src);
     } else {
-#pragma unroll
-      for (int e = 0; e < E; ++e) x.v[e] = src[e];
+      static_assert(E == 1, "D / warp-size bf16 a lane: 1, 2 or 4");
+      x.bits[0] = src[0];
     }
     return x;
   }
+};
+
+// A lane's share of a warp's folded o (fp32), as the W warps of a row meet in shared memory.
+template <int E>
+struct LaneF {
+  float v[E];
+  __device__ float at(int e) const { return v[e]; }
 };
 
 // One warp's running state of a row: (m, l) and its lanes' share of o, relative to exp2(m).
@@ -77,8 +91,8 @@ struct RowFold {
 
   // Folds n partials in at once: their max first, then one rescale of the running state and
   // a weighted sum (empty partials, m = -inf, weigh 0; never -inf - -inf).
-  template <int n>
-  __device__ void add(const float2 (&ml)[n], const Lane<E> (&o)[n]) {
+  template <int n, typename L>  // L: Lane<E> or LaneF<E>
+  __device__ void add(const float2 (&ml)[n], const L (&o)[n]) {
     float mb = m;
 #pragma unroll
     for (int b = 0; b < n; ++b) mb = fmaxf(mb, ml[b].x);
@@ -92,7 +106,7 @@ struct RowFold {
       const float w = rescale_weight(ml[b].x, mb);
       l = fmaf(w, ml[b].y, l);
 #pragma unroll
-      for (int e = 0; e < E; ++e) acc[e] = fmaf(w, o[b].v[e], acc[e]);
+      for (int e = 0; e < E; ++e) acc[e] = fmaf(w, o[b].at(e), acc[e]);
     }
     m = mb;
   }
@@ -101,7 +115,7 @@ struct RowFold {
 // Where a warp's segments of a row are: its first segment's o (at the lane's floats) and (m, l),
 // one segment further on each, the row's segments and the warp's share (segments wr, wr + W, ...).
 struct WarpSegments {
-  const float* o;
+  const uint16_t* o;
   const float* ml;
   int64_t o_seg, ml_seg;
   int nseg, wr;
@@ -150,7 +164,7 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
   static_assert(B <= kWarpSize, "a lane a segment of the batch");
   const int n_mine = s.nseg > s.wr ? (s.nseg - s.wr + W - 1) / W : 0;  // the same on every lane
   const int64_t o_step = W * s.o_seg;                                   // a segment of the warp further
-  const float* o_next = s.o + s.wr * s.o_seg;
+  const uint16_t* o_next = s.o + s.wr * s.o_seg;
   const float* ml_next = s.ml + (s.wr + int64_t{lane} * W) * s.ml_seg;
   RowFold<E> f;
   float l_lane = 0.0f;
@@ -183,7 +197,7 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
         for (int b = c; b < c + kChunk; ++b) {  // past the batch: weight 0 and o 0
           const float w = shfl_from(wj, b);
 #pragma unroll
-          for (int e = 0; e < E; ++e) f.acc[e] = fmaf(w, o[b].v[e], f.acc[e]);
+          for (int e = 0; e < E; ++e) f.acc[e] = fmaf(w, o[b].at(e), f.acc[e]);
         }
       }
     }
@@ -193,10 +207,17 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
   return f;
 }
 
-// E bf16 (from fp32 times inv) to dst, one store.
+// The lane's E floats times inv, as bf16, to dst: the output row's column of the lane's first
+// position E * lane of a partial o row (partial_o_order.h). One store; where the partials are
+// transposed, one a pair: positions E * lane + e (e = 0, 2; E <= 4) sit 4e columns further.
 template <int E>
 __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], float inv) {
-  if constexpr (E == 4) {
+  if constexpr (kPartialOTransposed) {
+    static_assert(E % 2 == 0 && E <= 4, "transposed partials: one or two pairs a lane");
+#pragma unroll
+    for (int e = 0; e < E; e += 2)
+      *reinterpret_cast<uint32_t*>(dst + 4 * e) = pack_bf16x2(x[e] * inv, x[e + 1] * inv);
+  } else if constexpr (E == 4) {
     *reinterpret_cast<uint2*>(dst) =
         make_uint2(pack_bf16x2(x[0] * inv, x[1] * inv), pack_bf16x2(x[2] * inv, x[3] * inv));
   } else if constexpr (E == 2) {
@@ -234,11 +255,11 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   const int nseg = row_ok ? g.num_segments : 0;
   const int r = row_ok ? row : 0;
   // Where the row's partials are and where it goes: worked out before the wait.
-  const float* const o_src = p.part_o + lay.o_offset(group, 0, r) + E * lane;
+  const uint16_t* const o_src = p.part_o + lay.o_offset(group, 0, r) + E * lane;
   const float* const ml_src = p.part_ml + lay.ml_offset(group, 0, r);
   const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
-  uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + E * lane;
+  uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + partial_o_swap(E * lane);
   // The first segment this warp reads, prefetched to L2 while the split kernel ends: 0.05-0.2 us
   // off the latency-bound calls at R = 1-4 (the first 4 segments gained less). Compiled out of
   // the plain launch's merge: there it cost 0.4 us (R = 16), even skipped by a kernel argument
@@ -263,14 +284,14 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 4, timeline_released);  // warp 0's segments folded
   if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
     __shared__ float2 sh_ml[kRows][W];
-    __shared__ Lane<E> sh_o[kRows][W][kWarpSize];
+    __shared__ LaneF<E> sh_o[kRows][W][kWarpSize];
     if (lane == 0) sh_ml[slot][wr] = make_float2(f.m, f.l);
 #pragma unroll
     for (int e = 0; e < E; ++e) sh_o[slot][wr][lane].v[e] = f.acc[e];
     __syncthreads();
     if (wr != 0) return;
     float2 ml[W];
-    Lane<E> o[W];
+    LaneF<E> o[W];
 #pragma unroll
     for (int w = 0; w < W; ++w) ml[w] = sh_ml[slot][w], o[w] = sh_o[slot][w][lane];
     f = RowFold<E>{};

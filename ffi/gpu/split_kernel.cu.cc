@@ -14,6 +14,7 @@
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
 #include "gpu/launch_plan.h"
+#include "gpu/partial_o_order.h"
 #include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "gpu/warp_mma.h"
@@ -213,15 +214,16 @@ __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w,
 }
 
 // The segment's partial state of the warp's rows (partials.h): m and the row's l (the lanes'
-// st[rr].l summed over the row) by each row's leader lane, o by every lane; rows past p.rows are
-// not written. The addresses once, the stores predicated (no branch a store).
+// st[rr].l summed over the row) by each row's leader lane, o as bf16 by every lane, in the order
+// of partial_o_order.h (NVIDIA: 16-byte stores, whole sectors a quad); rows past p.rows are not
+// written. The addresses once, the stores predicated (no branch a store).
 template <int D, int R>
 __device__ __forceinline__ void write_partials(const VerifyParams& p, const WarpAttention<D>& w,
                                                const SoftmaxState (&st)[R], int group, int seg,
                                                int row0) {
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   bool row_ok[R];
-  float* o_row[R];
+  uint16_t* o_row[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
     const int row = row0 + w.row_of(rr);
@@ -240,9 +242,18 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
       ml[1] = l_row[rr];
     }
   }
-  w.for_each_out2([&](int rr, int d, float a, float b) {
-    if (row_ok[rr]) *reinterpret_cast<float2*>(o_row[rr] + d) = make_float2(a, b);
-  });
+  if constexpr (kPartialOTransposed) {
+    w.for_each_out_block([&](int rr, int pos, const float (&x)[8]) {
+      if (row_ok[rr])
+        *reinterpret_cast<uint4*>(o_row[rr] + pos) =
+            make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]), pack_bf16x2(x[4], x[5]),
+                       pack_bf16x2(x[6], x[7]));
+    });
+  } else {
+    w.for_each_out2([&](int rr, int d, float a, float b) {
+      if (row_ok[rr]) *reinterpret_cast<uint32_t*>(o_row[rr] + d) = pack_bf16x2(a, b);
+    });
+  }
 }
 
 // NVIDIA D = 64: 3 CTAs an SM (the stages' shared memory allows 3), so at most 168 registers.

@@ -27,7 +27,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 ffi::BufferR1<ffi::S32> seq_lens,     // [>=R]
                                 ffi::BufferR0<ffi::S32> num_reqs,     // real requests
                                 ffi::ResultBufferR3<ffi::BF16> out,   // like q
-                                ffi::ResultBufferR4<ffi::F32> part_o,   // [R*Hkv, S, rows, D]
+                                ffi::ResultBufferR4<ffi::BF16> part_o,  // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
                                 int32_t num_splits, int32_t num_reqs_static) {

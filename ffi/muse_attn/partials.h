@@ -1,8 +1,14 @@
-// Layout of the split partials: one fp32 state per (group, segment, row), group = (request, KV
+// Layout of the split partials: one state per (group, segment, row), group = (request, KV
 // head), row = token * qpk + head-in-group. The buffers are results of the custom call, sized
 // at trace time from static shapes (groups x num_splits x rows), so no handler allocates.
-//   partial_o  [groups, num_splits, rows, head_dim]  unnormalized o
-//   partial_ml [groups, num_splits, rows, 2]          (m, l)
+//   partial_o  [groups, num_splits, rows, head_dim]  unnormalized o, bf16 (rounded to nearest
+//                                                    even; on NVIDIA each row's pairs in the
+//                                                    order of gpu/partial_o_order.h)
+//   partial_ml [groups, num_splits, rows, 2]          (m, l), fp32
+// o as bf16 halves the bytes the split writes and the merge reads (on an H200 0.2-0.6 us off
+// the latency-bound calls, benchmarks/NOTES.md version 21). Its rounding error is at most 2^-9
+// of |o / l|, itself a convex combination of the segment's V rows: the same bound as the
+// rounding of V to bf16 in the KV cache, added once a segment (README.md, Numerics).
 // A segment past the group's num_segments is neither written nor read. QueryLayout: where a
 // group's rows sit in q and the output.
 #ifndef MUSE_ATTN_PARTIALS_H_

@@ -114,7 +114,7 @@ auto bind_verify_attention(Binding binding) {
       .template Arg<ffi::BufferR1<ffi::S32>>()             // seq_lens [>=R]
       .template Arg<ffi::BufferR0<ffi::S32>>()             // num_reqs: real requests
       .template Ret<ffi::BufferR3<ffi::BF16>>()            // out, like q
-      .template Ret<ffi::BufferR4<ffi::F32>>()             // partial o [R*Hkv, S, rows, D]
+      .template Ret<ffi::BufferR4<ffi::BF16>>()            // partial o [R*Hkv, S, rows, D] bf16
       .template Ret<ffi::BufferR4<ffi::F32>>()             // partial (m, l) [R*Hkv, S, rows, 2]
       .template Attr<float>("scale")                       // softmax scale (not yet x log2 e)
       .template Attr<int32_t>("window")                    // 0: full attention
