@@ -22,8 +22,10 @@ BACKENDS = ("auto", "ffi", "reference")
 _CTAS_PER_SM = {64: 3, 128: 2}
 # Query rows a split CTA holds (ffi/gpu/kernels.h kMaxRows).
 _ROWS_PER_CTA = 64
-# Tiles a segment at least: a segment's partial state (64 rows x D fp32) costs as many bytes to
-# write and merge as a tile of K and V to read. One tile a segment only where the call's split
+# Tiles a segment at least: a segment's partial state (64 rows x D, o in bf16) costs half the
+# bytes of a tile of K and V to write and again to merge (the same as a tile's before version 21,
+# with o in fp32; the rule below was measured then, and re-checked with bf16 at full 8k R = 1-4
+# and SWA R=4, NOTES.md version 21). One tile a segment only where the call's split
 # CTAs, one tile each, number at most 3/5 of the SMs (R = 1 at SWA 2048 and full 2k on an H200):
 # there the split kernel's critical path is its tiles. Kernels alone on an H200 (benchmarks/
 # NOTES.md version 12, graph, us): SWA 32k R=1 33 splits 4.65 vs 17: 4.90; full 2k R=1 32: 4.82

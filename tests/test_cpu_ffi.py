@@ -48,33 +48,37 @@ def test_num_splits_short(rng, num_splits, window):
 
 
 # The partial o is stored as bf16 (ffi/muse_attn/partials.h): a segment's o / l, a convex
-# combination of its V rows, is rounded once, so the output may move by at most 2^-9 max |V|
-# beyond the other roundings. Standard-normal inputs hide that. Here the segments' o cancel
-# (uniform scores, V of alternating tiles +-32: each segment's mean +-32, the row's near 0), so
-# the rounding shows at full size against a small output (at 64 segments it reaches the spec's
+# combination of its V rows, is rounded once (to nearest even: relative error <= 2^-8), so the
+# output may move by at most 2^-8 max |V| beyond the other roundings. Standard-normal inputs hide
+# that; this case shows it at nearly full size. Scores are uniform and every request has 64 tiles,
+# so a segment's o / l is the mean of its V rows; segments alternate in sign, and within every tile
+# 31 keys hold the larger of two neighbouring bf16 values, so each segment's mean sits just short
+# of a rounding midpoint: 33 + 31/256 rounds down to 33, and -33 + 31/256 rounds down to -33. The
+# roundings add up instead of cancelling (~0.12 on an output of ~0.12, ten times the spec's
 # 1e-2, which is set for standard-normal inputs), and the documented bound must hold.
 @pytest.mark.parametrize("num_splits", [8, 64])
 def test_partials_bound_where_segments_cancel(rng, num_splits):
-    c = make_case(rng, 4, [4096, 4096, 3001, 2056], P=256)
+    tiles = 64
+    c = make_case(rng, 4, [64 * tiles] * 4, P=4 * tiles)
     kv = c.kv_np.astype(np.float32)
     d = kv.shape[-1] // 2
-    big = 32.0
+    per_segment = tiles // num_splits  # tiles a segment: num_splits divides the 64 tiles evenly
     for r in range(c.num_reqs):
-        lo, s = live_range(c.sl_np[r], c.P, c.NQ, None)
-        for page in range(lo // PAGE, -(-s // PAGE)):
-            blk = kv[c.bt_np[r, page]]  # a view: [Hkv, 16, 2D]
-            ok = c.readable[c.bt_np[r, page]]
-            blk[:, ok, :d] = 0.0  # every score 0: uniform weights
-            sign = 1.0 if (page * PAGE // 64) % 2 == 0 else -1.0
-            blk[:, ok, d:] = sign * big + 0.25 * rng.standard_normal(blk[:, ok, d:].shape)
+        for page in range(4 * tiles):
+            blk = kv[c.bt_np[r, page]]  # a view: [Hkv, 16, 2D]; every page is live and readable
+            key = page * PAGE + np.arange(PAGE)
+            blk[:, :, :d] = 0.0  # every score 0: uniform weights
+            larger = key % 64 < 31  # 33.25 / -32.75 there, 33 / -33 elsewhere
+            sign = 1.0 if (page // 4 // per_segment) % 2 == 0 else -1.0
+            blk[:, :, d:] = (sign * 33.0 + np.where(larger, 0.25, 0.0))[None, :, None]
     kv_j = jnp.asarray(kv, jnp.bfloat16)
     c = dataclasses.replace(c, kv=kv_j, kv_np=np.asarray(kv_j))
     out = np.asarray(c.run("ffi", num_splits=num_splits)).astype(np.float64)
     ref = c.oracle()
-    v_max = np.abs(c.kv_np[c.readable.nonzero()[0], :, c.readable.nonzero()[1], d:]).astype(np.float64).max()
-    assert v_max > big and np.abs(ref).max() < 2.0, "the case does not cancel (test bug)"
+    v_max = 33.25
+    assert np.abs(ref).max() < 1.0, "the case does not cancel (test bug)"
     err = np.abs(out - ref)
-    bound = 1e-2 + 2e-2 * np.abs(ref) + 2.0**-9 * v_max
+    bound = 1e-2 + 2e-2 * np.abs(ref) + 2.0**-8 * v_max
     worst = np.unravel_index(np.argmax(err - bound), err.shape)
     assert (err <= bound).all(), f"error {err[worst]:.4g} > bound {bound[worst]:.4g} at {worst}"
 

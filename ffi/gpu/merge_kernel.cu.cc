@@ -3,8 +3,8 @@
 //
 // A row is W warps (1 to 8, a power of 2 chosen on the host from the static split count, rows and
 // SM count: launch_plan.h merge_warps_for). Warp w folds segments w, w + W, ...: its
-// lanes hold consecutive d of the row (D / warp-size floats each), so every segment's o row is
-// one coalesced read. A segment's (m, l) is read and weighed either by one lane, the weight
+// lanes hold consecutive positions of the row (D / warp-size bf16 each; which columns they are:
+// partial_o_order.h), so every segment's o row is one coalesced read. A segment's (m, l) is read and weighed either by one lane, the weight
 // reaching the other lanes by a shuffle (fold_by_lane), or by every lane (fold_every_lane): the
 // launch plan picks (launch_plan.h merge_weights_by_lane). A batch of segments' loads is issued
 // before any of them is folded, and a batch is folded with one rescale (the batch's max first).
@@ -38,8 +38,8 @@ namespace {
 // Warps a row: at most 8 (kMergeMaxWarps), so that on NVIDIA a CTA is 256 threads and, launched
 // early as a programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread
 // CTAs could not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512
-// threads. Segments a warp loads at a time: kMergeBatch (its share of each o row: 2 registers a
-// segment at D = 64 on NVIDIA, 4 at D = 128; one (m, l) a lane), in chunks of 4 that are skipped
+// threads. Segments a warp loads at a time: kMergeBatch (its share of each o row: 1 register a
+// segment at D = 64 on NVIDIA, 2 at D = 128; one (m, l) a lane), in chunks of 4 that are skipped
 // whole past the row's segments.
 //
 // The two ways a warp weighs its segments (benchmarks/NOTES.md versions 18 and 19): by one lane a
@@ -112,7 +112,7 @@ struct RowFold {
   }
 };
 
-// Where a warp's segments of a row are: its first segment's o (at the lane's floats) and (m, l),
+// Where a warp's segments of a row are: its first segment's o (at the lane's positions) and (m, l),
 // one segment further on each, the row's segments and the warp's share (segments wr, wr + W, ...).
 struct WarpSegments {
   const uint16_t* o;
@@ -155,7 +155,7 @@ __device__ RowFold<E> fold_every_lane(const WarpSegments& s) {
 
 // The warp's segments (n_mine of them) folded, B at a time: lane j < B loads the (m, l) of the
 // batch's j-th segment (one load a lane, not one a segment on every lane) and computes its
-// weight; every lane loads its floats of each segment's o row, and a segment's weight reaches the
+// weight; every lane loads its share of each segment's o row, and a segment's weight reaches the
 // lanes by a shuffle. l is kept a lane's share at a time (its own segments') and summed over the
 // warp once, after the loop.
 template <int E, int W>
@@ -208,8 +208,9 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
 }
 
 // The lane's E floats times inv, as bf16, to dst: the output row's column of the lane's first
-// position E * lane of a partial o row (partial_o_order.h). One store; where the partials are
-// transposed, one a pair: positions E * lane + e (e = 0, 2; E <= 4) sit 4e columns further.
+// position E * lane of a partial o row (partial_o_order.h). Where the partials are transposed
+// (NVIDIA, E = 2 or 4), one store a pair: positions E * lane + e (e = 0, 2) sit 4e columns
+// further; else (AMD, E = 1 or 2) the lane's columns are contiguous.
 template <int E>
 __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], float inv) {
   if constexpr (kPartialOTransposed) {
@@ -217,10 +218,7 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 #pragma unroll
     for (int e = 0; e < E; e += 2)
       *reinterpret_cast<uint32_t*>(dst + 4 * e) = pack_bf16x2(x[e] * inv, x[e + 1] * inv);
-  } else if constexpr (E == 4) {
-    *reinterpret_cast<uint2*>(dst) =
-        make_uint2(pack_bf16x2(x[0] * inv, x[1] * inv), pack_bf16x2(x[2] * inv, x[3] * inv));
-  } else if constexpr (E == 2) {
+  } else if constexpr (E == 2) {  // AMD, D = 128
     *reinterpret_cast<uint32_t*>(dst) = pack_bf16x2(x[0] * inv, x[1] * inv);
   } else {
 #pragma unroll
@@ -235,8 +233,8 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 template <int D, int W, bool kDependent, bool kByLane>
 __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p) {
   static_assert(W >= 1 && W <= kMergeMaxWarps && (W & (W - 1)) == 0, "a power of 2");
-  static_assert(D % kWarpSize == 0, "a lane holds whole floats of the row");
-  constexpr int E = D / kWarpSize;   // floats of the row a lane holds
+  static_assert(D % kWarpSize == 0, "a lane holds whole elements of the row");
+  constexpr int E = D / kWarpSize;   // elements of the row a lane holds (bf16 in, fp32 folded)
   constexpr int kRows = merge_rows_per_cta(W);  // rows a CTA
   MUSE_TIMELINE(p, kTimelineMergeBase, 0);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;

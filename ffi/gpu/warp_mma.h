@@ -5,7 +5,8 @@
 // Each vendor keeps its fragments in its own register layout; the kernel sees only
 //   s[rr][i]  score of the lane's row row_of(rr) and key key_of(i) of the tile,
 //   row_max / row_sum   reductions over the lanes that share a row,
-//   rescale(rr, f) and for_each_out2(...) over the lane's O elements.
+//   rescale(rr, f) and, to store them, for_each_out_block(...) (NVIDIA: 8 elements a store,
+//   gpu/partial_o_order.h) or for_each_out2(...) (AMD: a pair a store) over the lane's O elements.
 // NVIDIA: mma.sync m16n8k16 bf16 (sm_80+), K and V fragments by ldmatrix (V transposed); on
 //         sm_90a at D = 64, the warpgroup MMA instead (wgmma m64n64k16, MUSE_ATTN_WGMMA): the
 //         CTA's 4 warps are one warpgroup, its 64 rows the instruction's M; Q and P come from
@@ -335,16 +336,6 @@ struct WarpAttention {
     for (int n = 0; n < D / 8; ++n) {
       o[n][2 * rr] *= f;
       o[n][2 * rr + 1] *= f;
-    }
-  }
-  // f(rr, d, o[d], o[d + 1]) for each pair of the lane's O elements.
-  template <typename F>
-  __device__ void for_each_out2(F f) const {
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int d = 8 * n + 2 * (lane & 3);
-      f(0, d, o[n][0], o[n][1]);
-      f(1, d, o[n][2], o[n][3]);
     }
   }
   // f(rr, pos, x) for each 32-column block k of the lane's O rows: x its pairs n = 4k .. 4k + 3
