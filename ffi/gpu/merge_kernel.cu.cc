@@ -4,9 +4,10 @@
 // A row is W warps (1 to 8, a power of 2 chosen on the host from the static split count, rows and
 // SM count: launch_plan.h merge_warps_for). Warp w folds segments w, w + W, ...: its
 // lanes hold consecutive positions of the row (D / warp-size bf16 each; which columns they are:
-// partial_o_order.h), so every segment's o row is one coalesced read. A segment's (m, l) is read and weighed either by one lane, the weight
-// reaching the other lanes by a shuffle (fold_by_lane), or by every lane (fold_every_lane): the
-// launch plan picks (launch_plan.h merge_weights_by_lane). A batch of segments' loads is issued
+// partial_o_order.h), so every segment's o row is one coalesced read. A segment's (m, l) is read
+// and weighed either by one lane, the weight reaching the other lanes by a shuffle
+// (fold_by_lane), or by every lane (fold_every_lane): the launch plan picks (launch_plan.h
+// merge_weights_by_lane). A batch of segments' loads is issued
 // before any of them is folded, and a batch is folded with one rescale (the batch's max first).
 // The W warps' states then meet in shared memory and the row's first warp writes it. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
@@ -51,10 +52,9 @@ namespace {
 inline constexpr int kChunk = 4;
 
 // A lane's share of a segment's partial o row: E = D / warp-size consecutive bf16 (positions
-// E * lane .., partial_o_order.h), loaded as one vector and kept packed until folded: widened
-// where loads had already been issued for the whole batch, a chunk's loads never wait for an
-// earlier chunk's data (widening right after each load did: 0.3-0.5 us slower, NOTES.md
-// version 21).
+// E * lane .., partial_o_order.h), loaded as one vector and kept packed until folded, so that no
+// chunk's loads wait for an earlier chunk's data. (Widened right after each load, inside the
+// chunk's branch, they did: 0.3-0.7 us slower at the latency-bound configs, NOTES.md version 21.)
 template <int E>
 struct Lane {
   uint32_t bits[(E + 1) / 2];  // bf16 pairs, low half first
