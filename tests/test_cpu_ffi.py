@@ -10,7 +10,7 @@ import pytest
 
 import jax_muse_attn
 from jax_muse_attn import _ffi
-from conftest import PAGE, assert_close, bits, check_case, live_range, make_case
+from conftest import PAGE, assert_close, bits, check_case, make_case
 
 LONG_P = 320
 LONG_LENS = [0, 1, 7, 8, 9, 63, 64, 65, 129, 1000, 2055, 2056, 3001, 4097, 5000, 5120]
