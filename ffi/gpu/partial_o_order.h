@@ -26,9 +26,10 @@ inline constexpr bool kPartialOTransposed = false;
 #endif
 
 // Position <-> column of the pair that starts at even index i (an involution): within each
-// 32-element block, i = 8a + 2b <-> 8b + 2a.
+// 32-element block, i = 8a + 2b <-> 8b + 2a. (Sums, not ors, of disjoint bits: nvcc folds them
+// into the store's address arithmetic, and the SASS is that of a hand-written 32k + 8t.)
 MUSE_HD constexpr int partial_o_swap(int i) {
-  return kPartialOTransposed ? (i & ~31) | ((i & 6) << 2) | ((i >> 2) & 6) : i;
+  return kPartialOTransposed ? (i & ~31) + ((i & 6) << 2) + ((i >> 2) & 6) : i;
 }
 
 static_assert(partial_o_swap(0) == 0 && partial_o_swap(2) == (kPartialOTransposed ? 8 : 2) &&

@@ -243,9 +243,10 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
     }
   }
   if constexpr (kPartialOTransposed) {
-    w.for_each_out_block([&](int rr, int pos, const float (&x)[8]) {
+    // The pair of columns d + 8j sits at partial_o_swap(d) + 2j: one 16-byte store.
+    w.for_each_out_block([&](int rr, int d, const float (&x)[8]) {
       if (row_ok[rr])
-        *reinterpret_cast<uint4*>(o_row[rr] + pos) =
+        *reinterpret_cast<uint4*>(o_row[rr] + partial_o_swap(d)) =
             make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]), pack_bf16x2(x[4], x[5]),
                        pack_bf16x2(x[6], x[7]));
     });

@@ -338,21 +338,21 @@ struct WarpAttention {
       o[n][2 * rr + 1] *= f;
     }
   }
-  // f(rr, pos, x) for each 32-column block k of the lane's O rows: x its pairs n = 4k .. 4k + 3
-  // of row rr (columns 32k + 8j + 2t, t = lane % 4), pos = 32k + 8t their place in a partial o
-  // row (partial_o_order.h), so that the 8 floats go out as one 16-byte store.
+  // f(rr, d, x) for each 32-column block k of the lane's O rows: x its pairs n = 4k .. 4k + 3
+  // of row rr, the columns d + 8j, d + 8j + 1 (j = 0 .. 3), d = 32k + 2t, t = lane % 4. The
+  // caller places them (partial_o_order.h puts the 8 floats next to each other).
   template <typename F>
   __device__ void for_each_out_block(F f) const {
     static_assert(D % 32 == 0, "whole 32-column blocks");
 #pragma unroll
     for (int k = 0; k < D / 32; ++k) {
-      const int pos = 32 * k + 8 * (lane & 3);
+      const int d = 32 * k + 2 * (lane & 3);
 #pragma unroll
       for (int rr = 0; rr < kRowsPerLane; ++rr) {
         float x[8];
 #pragma unroll
         for (int j = 0; j < 4; ++j) x[2 * j] = o[4 * k + j][2 * rr], x[2 * j + 1] = o[4 * k + j][2 * rr + 1];
-        f(rr, pos, x);
+        f(rr, d, x);
       }
     }
   }
