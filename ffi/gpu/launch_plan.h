@@ -112,12 +112,17 @@ inline constexpr int kMergeWarpSegments = 9;
 // every lane): SWA R=1 (9 a warp) 4.56-4.57 / 4.62-4.63, full 2k R=2 (8) 4.85 / 5.03; full 32k
 // R=2 (16) 14.10-14.13 / 13.49-13.53, 128k R=1 (16) 24.64-24.65 / 24.27-24.28, 8k R=8 (16, one
 // warp a row) 13.20-13.21 / 12.64-12.79, but full 2k R=8 (16, one warp) 6.90-6.91 / 6.95-7.05.
-// Nothing between 9 and 16 a warp was measured (12: SWA R = 8-16, 128k R=16 by one lane). Tuned
-// on an H200 only; on AMD warp_max is a 6-step butterfly (vendor.h) and the trade is unmeasured.
+// With the partial o as bf16 (version 22, kernels alone, two rounds, every lane / one lane at 16
+// a warp): 8k R=2 6.70 / 6.43, R=4 8.48 / 8.30, 32k R=1 9.25 / 9.17, R=2 13.33 / 13.10, R=4
+// 24.45 / 23.86, R=8 40.05 / 39.70, 128k R=1 24.58 / 23.95, R=2 40.05 / 39.38; slower only at 2k
+// R=8 6.51 / 6.63 and 8k R=8 13.15 / 13.30 (one warp a row, partials hot in L2). Past 16 a warp
+// (more than 128 splits: TP8's one KV head a device, GPUs with more SMs) every lane, unmeasured
+// since version 19. Tuned on an H200 only; on AMD warp_max is a 6-step butterfly (vendor.h) and
+// the trade is unmeasured.
 #if defined(MUSE_ATTN_MERGE_BY_LANE_SEGMENTS)  // a tuning knob for benchmarks/kernel_bench.cu
 inline constexpr int kMergeByLaneSegments = MUSE_ATTN_MERGE_BY_LANE_SEGMENTS;
 #else
-inline constexpr int kMergeByLaneSegments = 12;
+inline constexpr int kMergeByLaneSegments = 16;
 #endif
 constexpr bool merge_weights_by_lane(int num_splits, int warps) {
   return (num_splits + warps - 1) / warps <= kMergeByLaneSegments;
