@@ -6,7 +6,7 @@
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
 // -DMUSE_ATTN_MERGE_BY_LANE_SEGMENTS=N the most segments a merge warp weighs by one lane (0: every
-// lane everywhere, 16: one lane at every default split count; gpu/launch_plan.h);
+// lane everywhere; the default, 16, gives one lane at every split count of the grid; gpu/launch_plan.h);
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids
 // (and reads num_reqs from device memory, as a traced num_reqs; otherwise it is static, R);
 // MUSE_ATTN_PDL=0 launches the merge plainly instead of as a programmatic dependent launch

@@ -128,7 +128,8 @@ _H200_TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2
 _H200_PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
                   "full128k-r2", "full128k-r4", "full128k-r8"}
 # ... and the merge weighing by one lane everywhere in the grid (at most 16 segments a warp:
-# with bf16 partials one lane won at 16 too, at 8 of the 10 configs measured; NOTES.md version 22).
+# with bf16 partials one lane won at 16 too, at 8 of the 11 grid configs it changes; NOTES.md
+# version 22).
 _H200_EVERY_LANE = set()
 
 

@@ -115,7 +115,8 @@ inline constexpr int kMergeWarpSegments = 9;
 // With the partial o as bf16 (version 22, kernels alone, two rounds, every lane / one lane at 16
 // a warp): 8k R=2 6.70 / 6.43, R=4 8.48 / 8.30, 32k R=1 9.25 / 9.17, R=2 13.33 / 13.10, R=4
 // 24.45 / 23.86, R=8 40.05 / 39.70, 128k R=1 24.58 / 23.95, R=2 40.05 / 39.38; slower only at 2k
-// R=8 6.51 / 6.63 and 8k R=8 13.15 / 13.30 (one warp a row, partials hot in L2). Past 16 a warp
+// R=8 6.51 / 6.63 and 8k R=8 13.15 / 13.30 (one warp a row; 32k R=8, the same merge after the
+// ping-pong split kernel, gains 0.35: not understood). Past 16 a warp
 // (more than 128 splits: TP8's one KV head a device, GPUs with more SMs) every lane, unmeasured
 // since version 19. Tuned on an H200 only; on AMD warp_max is a 6-step butterfly (vendor.h) and
 // the trade is unmeasured.

@@ -47,8 +47,9 @@ namespace {
 // segment takes ~200 instructions a warp after the PDL wait at 8 segments, against ~480 by every
 // lane. On an H200, kernels alone, both in one run: by one lane 0.06-0.18 us faster at 8-9
 // segments a warp (SWA R=1, full 2k R=2); at 16 the batch max, the weights' shuffles and the l
-// sum after the loads land make it 0.06-0.6 us slower (8k R=2 .. 32k R=2), except full 2k R=8
-// (one warp a row, 0.05-0.15 us faster by one lane).
+// sum after the loads land made it 0.06-0.6 us slower with fp32 partials (8k R=2 .. 32k R=2),
+// except full 2k R=8; with bf16 partials, loaded packed, one lane is faster at 16 too except at
+// full 2k / 8k R=8 (version 22; the threshold and its figures: launch_plan.h).
 inline constexpr int kChunk = 4;
 
 // A lane's share of a segment's partial o row: E = D / warp-size consecutive bf16 (positions

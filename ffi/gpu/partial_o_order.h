@@ -33,7 +33,7 @@ MUSE_HD constexpr int partial_o_swap(int i) {
 }
 
 static_assert(partial_o_swap(0) == 0 && partial_o_swap(2) == (kPartialOTransposed ? 8 : 2) &&
-                  partial_o_swap(partial_o_swap(42)) == 42,
+                  partial_o_swap(partial_o_swap(34)) == 34,
               "the transpose is its own inverse");
 
 }  // namespace muse_attn::gpu
