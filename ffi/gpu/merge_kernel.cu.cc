@@ -60,7 +60,7 @@ template <int E>
 struct Lane {
   uint32_t bits[(E + 1) / 2];  // bf16 pairs, low half first
   __device__ float at(int e) const {
-    return __uint_as_float(e % 2 == 0 ? bits[e / 2] << 16 : bits[e / 2] & 0xFFFF0000u);
+    return e % 2 == 0 ? bf16_lo(bits[e / 2]) : bf16_hi(bits[e / 2]);
   }
   __device__ static Lane load(const uint16_t* src) {
     Lane x;
