@@ -321,12 +321,19 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
 
   // Start the copies first; the masks' bounds are set up while they fly. The block ids of
   // a tile are loaded one tile before its copies are issued (`next`), so no copy waits on a
-  // block-table read.
+  // block-table read; and each id load is issued before the copies that precede its use, not
+  // after them: a load issued behind a tile's copies returned only after them, so the refill
+  // at the top of the next iteration waited for those copies too (benchmarks/NOTES.md version
+  // 23: 0.3-0.9 us off segments of 4-8 tiles, kernels alone).
+  constexpr bool kPrefetchIds = D == 64;
+  TileEntries next{};
   if constexpr (D == 64) {  // all first block ids in flight together
     TileEntries first[kStages > 1 ? kStages - 1 : 1];
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
       if (t0 + s < t1) first[s] = load_tile_entries(src, t0 + s);
+    // The loop's first refill's ids too, ahead of every copy.
+    if (t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
@@ -341,9 +348,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   }
   // At D = 128 registers are short: the ids are loaded right before their copies instead.
   MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
-  constexpr bool kPrefetchIds = D == 64;
-  TileEntries next{};
-  if (kPrefetchIds && t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
 
   const LaneMask<R> mask = lane_mask(p, g, w, row0);
   SoftmaxState st[R];
@@ -376,8 +380,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   for (int t = paired ? t1 : t0; t < t1; ++t) {
     const int it = t - t0;
     if constexpr (kPrefetchIds) {
+      TileEntries after{};  // issued ahead of this refill's copies
+      if (t + kStages < t1) after = load_tile_entries(src, t + kStages);  // lands during this tile
       if (t + kStages - 1 < t1) stage((it + kStages - 1) % kStages, t + kStages - 1, next);
-      if (t + kStages < t1) next = load_tile_entries(src, t + kStages);  // lands during this tile
+      next = after;
     } else if (t + kStages - 1 < t1) {
       stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_entries(src, t + kStages - 1));
     }
@@ -524,6 +530,8 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
     if (team == 0) named_bar_arrive<4, kPpThreads>(); else named_bar_arrive<3, kPpThreads>();
   };
   if (team == 1) named_bar_arrive<3, kPpThreads>();
+  // The id loads stay behind the refill's copies here: issued ahead of them, as split_kernel
+  // does, this kernel was 0.2-0.45 us slower (benchmarks/NOTES.md version 23).
   for (int i = 0; i < n_team; ++i) {
     const int t = team_tile(i);
     if (i + P - 1 < n_team) stage((i + P - 1) % P, team_tile(i + P - 1), next);
