@@ -319,12 +319,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
-  // Start the copies first; the masks' bounds are set up while they fly. The block ids of
-  // a tile are loaded one tile before its copies are issued (`next`), so no copy waits on a
-  // block-table read; and each id load is issued before the copies that precede its use, not
-  // after them: a load issued behind a tile's copies returned only after them, so the refill
-  // at the top of the next iteration waited for those copies too (benchmarks/NOTES.md version
-  // 23: 0.3-0.9 us off segments of 4-8 tiles, kernels alone).
+  // Start the copies first; the masks' bounds are set up while they fly. At D = 64 the block
+  // ids of a tile are loaded one tile before its copies are issued (`next`), so no refill waits
+  // on a block-table read; and each id load is issued ahead of the K/V copies that precede its
+  // use, not behind them: measured behind them, the refill at the top of the next iteration
+  // took as long as if it waited for those copies too (loads returning in issue order, inferred
+  // from the timings; benchmarks/NOTES.md version 23: 0.25-0.9 us off segments of 4-8 tiles,
+  // kernels alone).
   constexpr bool kPrefetchIds = D == 64;
   TileEntries next{};
   if constexpr (D == 64) {  // all first block ids in flight together
@@ -332,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s)
       if (t0 + s < t1) first[s] = load_tile_entries(src, t0 + s);
-    // The loop's first refill's ids too, ahead of every copy.
+    // The loop's first refill's ids too, ahead of every K/V copy.
     if (t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
@@ -346,7 +347,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
       copy_commit();
     }
   }
-  // At D = 128 registers are short: the ids are loaded right before their copies instead.
   MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
 
   const LaneMask<R> mask = lane_mask(p, g, w, row0);
@@ -531,7 +531,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   };
   if (team == 1) named_bar_arrive<3, kPpThreads>();
   // The id loads stay behind the refill's copies here: issued ahead of them, as split_kernel
-  // does, this kernel was 0.2-0.45 us slower (benchmarks/NOTES.md version 23).
+  // does, this kernel was 0.2-0.5 us slower (benchmarks/NOTES.md version 23).
   for (int i = 0; i < n_team; ++i) {
     const int t = team_tile(i);
     if (i + P - 1 < n_team) stage((i + P - 1) % P, team_tile(i + P - 1), next);
