@@ -40,7 +40,9 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
 }
 
 // Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (3 CTAs an SM), 2 x 32
-// KiB at D = 128 (more would spill registers; 3 vs 4 stages measured the same at D = 64). AMD:
+// KiB at D = 128 (more would spill registers; 3 vs 4 stages measured the same at D = 64; 5 and 6,
+// 2 CTAs an SM, 0.25-0.35 us faster at 4-tile segments, slower at 8-tile ones and where 3 CTAs
+// an SM are needed: NOTES.md version 24). AMD:
 // the LDS of a workgroup is 64 KiB on gfx942, so 3 stages at D = 64 and 1 at D = 128 (the HIP
 // copies go through registers anyway).
 template <int D>
@@ -53,6 +55,14 @@ struct Stages {
   static constexpr int value = D == 64 ? 4 : 2;
 #endif
 };
+
+// A segment of exactly kStages tiles (D = 64) issues its last tile's copies in the prologue, with
+// the prologue's last group, so that every copy is issued before the masks' setup and the first
+// wait (the loop skips that refill; waiting for the third tile then waits for the fourth too).
+// Measured (benchmarks/NOTES.md version 24, kernels alone and through JAX): 0.2 us off the 4-tile
+// segments of full 8k R=4 and 32k R=1, but 0.2-0.35 onto full 2k R=16, whose segments have 4
+// tiles too; not understood, so off: a tuning knob for benchmarks/kernel_bench.cu and
+// benchmarks/experiments/jax_ab.sh (-DMUSE_ATTN_FILL_RING), written as measured.
 
 // NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
 // the warpgroup MMA's shared-memory operands; warp_mma.h).
@@ -338,6 +348,9 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
+#if defined(MUSE_ATTN_FILL_RING)  // off; see above Stages
+      if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
+#endif
       copy_commit();
     }
   } else {  // D = 128: one tile's ids at a time (registers are short there)
@@ -382,7 +395,12 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     if constexpr (kPrefetchIds) {
       TileEntries after{};  // issued ahead of this refill's copies
       if (t + kStages < t1) after = load_tile_entries(src, t + kStages);  // lands during this tile
-      if (t + kStages - 1 < t1) stage((it + kStages - 1) % kStages, t + kStages - 1, next);
+#if defined(MUSE_ATTN_FILL_RING)
+      if (t + kStages - 1 < t1 && t1 - t0 != kStages)  // that refill made in the prologue
+#else
+      if (t + kStages - 1 < t1)
+#endif
+        stage((it + kStages - 1) % kStages, t + kStages - 1, next);
       next = after;
     } else if (t + kStages - 1 < t1) {
       stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_entries(src, t + kStages - 1));
