@@ -41,8 +41,8 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
 
 // Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (3 CTAs an SM), 2 x 32
 // KiB at D = 128 (more would spill registers; 3 vs 4 stages measured the same at D = 64; 5 and 6,
-// 2 CTAs an SM, 0.25-0.35 us faster at 4-tile segments, slower at 8-tile ones and where 3 CTAs
-// an SM are needed: NOTES.md version 24). AMD:
+// 2 CTAs an SM: 0.22-0.36 us faster at full 8k R=4 and 32k R=1, slower at full 2k R=16 (4-tile
+// segments too), at 8-tile segments and where 3 CTAs an SM are needed: NOTES.md version 24). AMD:
 // the LDS of a workgroup is 64 KiB on gfx942, so 3 stages at D = 64 and 1 at D = 128 (the HIP
 // copies go through registers anyway).
 template <int D>
@@ -58,7 +58,8 @@ struct Stages {
 
 // A segment of exactly kStages tiles (D = 64) issues its last tile's copies in the prologue, with
 // the prologue's last group, so that every copy is issued before the masks' setup and the first
-// wait (the loop skips that refill; waiting for the third tile then waits for the fourth too).
+// wait (the loop skips that refill; waiting for the prologue's last tile then waits for the
+// segment's last one too).
 // Measured (benchmarks/NOTES.md version 24, kernels alone and through JAX): 0.2 us off the 4-tile
 // segments of full 8k R=4 and 32k R=1, but 0.2-0.35 onto full 2k R=16, whose segments have 4
 // tiles too; not understood, so off: a tuning knob for benchmarks/kernel_bench.cu and
@@ -349,6 +350,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
 #if defined(MUSE_ATTN_FILL_RING)  // off; see above Stages
+      static_assert(kStages >= 2, "the ring filled in the prologue needs a prologue stage");
       if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
 #endif
       copy_commit();
