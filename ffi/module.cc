@@ -58,6 +58,7 @@ NB_MODULE(_muse_attn, m) {
         d["merge_warps"] = plan[kMuseMergeWarps];
         d["merge_pdl"] = plan[kMuseMergePdl] != 0;
         d["merge_by_lane"] = plan[kMuseMergeByLane] != 0;
+        d["split_fill_ring"] = plan[kMuseSplitFillRing] != 0;
         return d;
       },
       nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),

@@ -56,7 +56,8 @@ def has_handler(platform: str) -> bool:
 def gpu_launch_plan(shapes, num_splits: int) -> dict:
     """The GPU handler's launch plan (ffi/gpu/launch_plan.h) for a call of these static shapes on
     the current device: {"split_kernel": "per_tile" | "two_tile" | "pingpong", "merge_warps",
-    "merge_pdl", "merge_by_lane"}. RuntimeError where this build has no GPU handler."""
+    "merge_pdl", "merge_by_lane", "split_fill_ring"}. RuntimeError where this build has no GPU
+    handler."""
     fn = getattr(_MODULE, "gpu_launch_plan", None)
     if fn is None:
         raise RuntimeError("jax_muse_attn: this build has no GPU launch-plan query (no GPU handler, "

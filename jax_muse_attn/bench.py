@@ -361,6 +361,12 @@ def jax_worker(args):
             w = cfg.window
             shapes = _validate.check_inputs(q, kv, bt, sl, scale=SCALE, window=w, tokens_per_request=NQ)
             rec["num_splits"] = default_num_splits(shapes, platform)
+            if gpu:  # which kernels the handler launches for it (ffi/gpu/launch_plan.h)
+                try:
+                    rec["launch_plan"] = jax_muse_attn.launch_plan(q, kv, bt, window=w,
+                                                                   tokens_per_request=NQ)
+                except RuntimeError as e:  # no GPU handler in this build: the bench says so itself
+                    rec["launch_plan"] = {"error": str(e)}
 
             def ours(x, kv, bt, sl, w=w):
                 return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, backend="ffi")
@@ -797,6 +803,8 @@ def build_summary(cfgs, modes, torch_res):
             row[f"check_{m}"] = rc.get("check")
             if rc.get("num_splits") is not None:  # the split count the call ran with
                 row.setdefault("num_splits", rc["num_splits"])
+            if rc.get("launch_plan") is not None:
+                row.setdefault("launch_plan", rc["launch_plan"])
             if "reference" in rc:
                 row["reference_us"] = rc["reference"]["per_call_us"]
         row["status"] = ("ok" if all(s == "ok" for s in status) else "FAIL" if "FAIL" in status

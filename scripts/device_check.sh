@@ -66,7 +66,7 @@ build_kernel_bench() {  # out_binary log_name extra_nvcc_flags...: benchmarks/ke
 for s in "${steps[@]}"; do
   case $s in
     build) run_step build 240 python3 -m pip install --no-build-isolation --no-deps -q -e "$ROOT" ;;
-    tests) run_step tests 330 python3 -m pytest -q -n 8 -p no:benchmark "$ROOT/tests" ;;
+    tests) run_step tests "${TESTS_LIMIT:-450}" python3 -m pytest -q -n 8 -p no:benchmark --durations=15 "$ROOT/tests" ;;
     cb) run_step cb 150 python3 "$ROOT/scripts/command_buffer_check.py" ;;
     selftest)
       nvcc -arch=sm_90 -o /tmp/sanitizer_selftest "$ROOT/scripts/sanitizer_selftest.cu" >"$LOGS/selftest_build.log" 2>&1

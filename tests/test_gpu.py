@@ -220,3 +220,43 @@ def test_two_tile_segments(window, splits):
     what = f"window={window} splits={splits}"
     assert_close(out, ref, q_shape=c.q.shape, what=what)
     np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
+
+
+# Segments of exactly four tiles (D = 64: as many as the split kernel's stages; where the merge's
+# CTAs fit beside the split CTAs the launch plan picks the kernel that issues all four tiles'
+# copies in its prologue, and a request's last, shorter segment beside them takes the loop's
+# refills): the causal edge, a window's lower edge, a last tile partly past seq_len, absent pages,
+# against the float64 oracle, bitwise repeatable.
+def _fill_ring_kernel() -> bool:
+    """Whether the launch plan issues a 4-tile segment's copies all in the prologue here: as
+    MUSE_ATTN_FILL_RING / MUSE_ATTN_PINGPONG / MUSE_ATTN_PAIRS force it, else on sm_90 only
+    (NVIDIA; few CTAs here, so the merge fits beside the split CTAs)."""
+    from jax_muse_attn import _ffi
+    if _ffi.current_platform() != "CUDA":  # AMD: one split kernel
+        return False
+    if "1" in (os.environ.get("MUSE_ATTN_PINGPONG"), os.environ.get("MUSE_ATTN_PAIRS")):
+        return False
+    forced = os.environ.get("MUSE_ATTN_FILL_RING")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return _ffi.compute_capability_major() == 9
+
+
+@pytest.mark.parametrize("window,splits,P", [(None, 4, 64), (None, 2, 32), (130, 1, 64), (180, 1, 64)],
+                         ids=["full-4", "full-2", "swa130-1", "swa180-1"])
+def test_four_tile_segments(window, splits, P):
+    rng = np.random.default_rng(11 + splits + (window or 0))
+    keys = P * PAGE
+    lens = [keys, keys - 1, keys - 64, keys - 65, keys - 130, keys - 200, keys // 2 + 70, 260, 257,
+            250, 9]
+    c = make_case(rng, len(lens), lens, P=P, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
+    ref = c.oracle()
+    kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+    if BACKEND == "ffi":  # which split kernel runs them (forced in test_gpu_launch_modes.py)
+        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
+                                         tokens_per_request=c.NQ)
+        assert plan["split_fill_ring"] == _fill_ring_kernel(), plan
+    out = c.run(BACKEND, **kw)
+    what = f"window={window} splits={splits} P={P}"
+    assert_close(out, ref, q_shape=c.q.shape, what=what)
+    np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))

@@ -10,8 +10,10 @@ PDL on every grid; MUSE_ATTN_PINGPONG=1 for the ping-pong split kernel wherever 
 the one-warpgroup split kernel everywhere; MUSE_ATTN_PAIRS=1 for the split kernel that takes
 two-tile segments as one step wherever D = 64 (the ping-pong kernel off), =0 for never;
 MUSE_ATTN_MERGE_BY_LANE=1 / 0 for the merge weighing a segment on one lane / on every lane at any
-split count (by default one lane up to 16 segments a warp). The plan is read once a process, so
-each runs in its own pytest process.
+split count (by default one lane up to 16 segments a warp); MUSE_ATTN_FILL_RING=1 for the split
+kernel that issues a 4-tile segment's copies all in its prologue wherever D = 64 (the other two
+variants off), =0 for never. The plan is read once a process, so each runs in its own pytest
+process.
 """
 
 import json
@@ -40,6 +42,8 @@ PLANS = {
     "split_no_pairs": {"MUSE_ATTN_PAIRS": "0"},
     "merge_by_lane": {"MUSE_ATTN_MERGE_BY_LANE": "1"},
     "merge_every_lane": {"MUSE_ATTN_MERGE_BY_LANE": "0"},
+    "split_fill_ring": {"MUSE_ATTN_FILL_RING": "1", "MUSE_ATTN_PINGPONG": "0", "MUSE_ATTN_PAIRS": "0"},
+    "split_no_fill_ring": {"MUSE_ATTN_FILL_RING": "0"},
 }
 
 
@@ -49,6 +53,9 @@ PLANS = {
 TWO_TILE_PLANS = ("split_pairs", "split_no_pairs")
 # The merge's plans also run test_gpu.py's merge-rows cases (1-8 warps a row, 1-300 splits).
 MERGE_WAY_PLANS = ("merge_by_lane", "merge_every_lane")
+# The fill-ring plans also run test_gpu.py's four-tile-segment cases (by default that kernel on
+# an H200 for them; forced, both kernels are checked on them).
+FILL_RING_PLANS = ("split_fill_ring", "split_no_fill_ring")
 
 
 @pytest.mark.parametrize("plan", sorted(PLANS))
@@ -59,6 +66,8 @@ def test_forced_launch_plan(plan):
         files, keywords = files + [os.path.join(HERE, "test_gpu.py")], "num_splits or two_tile"
     if plan in MERGE_WAY_PLANS:
         files, keywords = files + [os.path.join(HERE, "test_gpu.py")], "num_splits or merge_rows"
+    if plan in FILL_RING_PLANS:
+        files, keywords = files + [os.path.join(HERE, "test_gpu.py")], "num_splits or four_tile"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
            "-k", keywords, *files]
     proc = subprocess.run(cmd, env=env, cwd=HERE, capture_output=True, text=True, timeout=600)
@@ -107,7 +116,8 @@ for c in bench.full_grid():
         out[f"{c.name}-d{d}"] = jax_muse_attn.launch_plan(q, kv, bt, window=c.window)
 json.dump(out, sys.stdout)
 """
-_OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS", "MUSE_ATTN_MERGE_BY_LANE")
+_OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS", "MUSE_ATTN_MERGE_BY_LANE",
+              "MUSE_ATTN_FILL_RING")
 
 
 def _grid_plans(**overrides):
@@ -127,6 +137,10 @@ _H200_TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2
                   "full8k-r1"}
 _H200_PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
                   "full128k-r2", "full128k-r4", "full128k-r8"}
+# A 4-tile segment's copies all in the prologue where segments have 4 tiles (full 2k R=16, 8k
+# R=4, 32k R=1), except where the merge, a programmatic dependent, has CTAs that do not fit beside
+# the split CTAs (2k R=16: 256 split + 256 merge CTAs, more than 3 an SM).
+_H200_FILL_RING = {"full8k-r4", "full32k-r1"}
 
 
 def test_default_launch_plans_of_the_benchmark_grid():
@@ -151,6 +165,9 @@ def test_default_launch_plans_of_the_benchmark_grid():
             # with bf16 partials one lane won at 16 too, at 8 of the 11 grid configs it changes;
             # NOTES.md version 22)
             assert plan["merge_by_lane"] is True, (name, plan)
+            assert plan["split_fill_ring"] == (config in _H200_FILL_RING), (name, plan)
+        if d == "128" or plan["split_kernel"] != "per_tile" or major != 9:
+            assert plan["split_fill_ring"] is False, (name, plan)
         # a warp's segments: every W-th of the call's splits
         per_warp = -(-plan["num_splits"] // plan["merge_warps"])
         assert plan["merge_by_lane"] == (per_warp <= 16), (name, plan)
@@ -173,6 +190,13 @@ def test_overridden_launch_plans_of_the_benchmark_grid():
                 assert plan["split_kernel"] == want, (overrides, name, plan)
             if pdl is not None:
                 assert plan["merge_pdl"] == pdl, (overrides, name, plan)
+    # the fill-ring split kernel: NVIDIA, D = 64, where neither other variant runs
+    for name, plan in _grid_plans(MUSE_ATTN_FILL_RING="1", MUSE_ATTN_PINGPONG="0",
+                                  MUSE_ATTN_PAIRS="0").items():
+        assert plan["split_kernel"] == "per_tile", (name, plan)
+        assert plan["split_fill_ring"] == (cuda and name.endswith("-d64")), (name, plan)
+    for name, plan in _grid_plans(MUSE_ATTN_FILL_RING="0").items():
+        assert plan["split_fill_ring"] is False, (name, plan)
     for forced in ("0", "1"):  # both merges are built for every platform
         for name, plan in _grid_plans(MUSE_ATTN_MERGE_BY_LANE=forced).items():
             assert plan["merge_by_lane"] == (forced == "1"), (forced, name, plan)

@@ -11,7 +11,7 @@
 #     shadow both), so steps after it in the same call need `device_check.sh build` again.
 #   A_ENV=MUSE_ATTN_PDL=0 B_ENV=MUSE_ATTN_PDL=1 AB_CONFIGS="full8k-r4,full32k-r1" \
 #     bash benchmarks/experiments/jax_ab.sh                  # on the device tool
-#   B_FLAGS="-DMUSE_ATTN_FILL_RING" AB_CONFIGS="full8k-r4" bash benchmarks/experiments/jax_ab.sh
+#   B_FLAGS="-DMUSE_ATTN_SPLIT_STAGES_D64=5" AB_CONFIGS="full8k-r4" bash benchmarks/experiments/jax_ab.sh
 # AB_ORDER (default "A B B A"), AB_BUDGET (bench --budget-s, default 60), AB_LIMIT (s a run, 150).
 set -u
 : "${AB_CONFIGS:?comma-separated bench config names}"

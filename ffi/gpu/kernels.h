@@ -67,6 +67,24 @@ inline constexpr int kMaxRows = 64;  // query rows one split CTA holds (4 warps 
 // jax_muse_attn/attention.py refuses more at trace time (_MAX_GPU_GROUPS).
 inline constexpr int kMaxGroups = 65535;
 
+// The split kernel's tiles in flight (shared-memory stages; split_kernel.cu.cc, and the launch
+// plan's split_fill_ring). NVIDIA: 4 x 16 KiB at D = 64 (3 CTAs an SM), 2 x 32
+// KiB at D = 128 (more would spill registers; 3 vs 4 stages measured the same at D = 64; 5 and 6,
+// 2 CTAs an SM: 0.22-0.36 us faster at full 8k R=4 and 32k R=1, slower at full 2k R=16 (4-tile
+// segments too), at 8-tile segments and where 3 CTAs an SM are needed: NOTES.md version 24). AMD:
+// the LDS of a workgroup is 64 KiB on gfx942, so 3 stages at D = 64 and 1 at D = 128 (the HIP
+// copies go through registers anyway).
+template <int D>
+struct Stages {
+#if defined(MUSE_ATTN_SPLIT_STAGES_D64)  // a tuning knob for benchmarks/kernel_bench.cu
+  static constexpr int value = D == 64 ? MUSE_ATTN_SPLIT_STAGES_D64 : 2;
+#elif defined(MUSE_ATTN_HIP)
+  static constexpr int value = D == 64 ? 3 : 1;
+#else
+  static constexpr int value = D == 64 ? 4 : 2;
+#endif
+};
+
 // The split kernel's grid: (segments, groups, row blocks of kMaxRows).
 inline dim3 split_grid(const VerifyParams& p) {
   return dim3(p.num_splits.divisor(), p.num_requests * p.num_kv_heads.divisor(),

@@ -20,7 +20,8 @@
 // The merge's warps a row (merge_kernel.cu.cc) are chosen here too, from the split count, the
 // rows and the multiprocessor count; and the split kernel: the ping-pong one (two warpgroups a
 // CTA, split_kernel.cu.cc) on sm_90 GPUs where segments are long (kPingpongMinSegmentTiles), the
-// one that takes two-tile segments as one step where latency rules (split_pairs).
+// one that takes two-tile segments as one step where latency rules (split_pairs), the one that
+// issues a 4-tile segment's copies all in its prologue (split_fill_ring).
 #ifndef MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 #define MUSE_ATTN_GPU_LAUNCH_PLAN_H_
 
@@ -42,6 +43,7 @@ struct LaunchPlan {
   bool merge_by_lane = true;    // the merge weighs a segment on one lane (merge_weights_by_lane)
   bool split_pingpong = false;  // the ping-pong split kernel (split_kernel.cu.cc; NVIDIA, D = 64)
   bool split_pairs = false;     // split_kernel taking two-tile segments as one step (D = 64)
+  bool split_fill_ring = false; // split_kernel issuing a kStages-tile segment's copies at once (D = 64)
 };
 
 // The ping-pong split kernel (two warpgroups a CTA taking alternate tiles) where a segment can
@@ -64,6 +66,25 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // vs 5.85, 2k R=2 4.98 vs 5.06, R=4 5.74 vs 5.89, 8k R=1 5.90 vs 6.09; at 2 CTAs an SM still
 // slower (2k R=8 7.61 vs 7.04-7.10, 8k R=2 7.63 vs 7.42-7.51), so the bound stays.
 inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs
+
+// split_kernel<64, false, true> (a segment of exactly kStages = 4 tiles issues all four tiles'
+// copies in the prologue instead of the fourth in the loop's first iteration) where no segment
+// has more than kStages tiles and at least one may have that many, unless the merge is a
+// programmatic dependent whose CTAs do not all fit beside the split CTAs: counted as at most 3
+// CTAs of either kernel an SM (split CTAs take 145 registers x 128 threads, merge CTAs up to ~100
+// x 256: two split CTAs and one merge CTA, or one and two, fill an SM's 64 K registers). Why it
+// loses where they do not fit is not known (the split alone gains there too; with the timeline's
+// stamps compiled in it gains); the rule is what was measured. Kernels alone on an H200
+// (benchmarks/NOTES.md version 25, graph, us, both rounds alike; off / on, split + merge CTAs):
+// full 2k at 8 splits R=11 (176 + 176) 8.15 / 7.68, R=12 (192 + 192) 8.19 / 7.90, R=13 (208 +
+// 208) 8.30 / 8.18, R=14 (224 + 224) 8.56 / 8.82, R=16 (256 + 256) 8.67 / 9.03; 8k R=4 (256 +
+// 128) 8.60 / 8.47, 32k R=1 (256 + 128) 8.72 / 8.55, 16k R=2 (256 + 128) 8.65 / 8.52; with the
+// merge a plain launch (MUSE_ATTN_PDL=0) 2k R=16 9.05 / 8.88, 8k R=4 9.48 / 9.35. The bound
+// gives up R=13's 0.12 us (416 CTAs) to stay clear of R=14's loss. Where segments have 8 tiles
+// it costs 0.1-0.15 us (8k R=8 12.84 / 12.95: the same schedule, one more register), hence only
+// at kStages tiles. Through JAX (version 24, the same kernel as a build knob, device clock): 8k
+// R=4 8.29 -> 8.07, 32k R=1 8.40 -> 8.16, 2k R=16 8.35 -> 8.57.
+inline constexpr int kFillRingMaxCtasPerSm = 3;
 
 // Most 64-key tiles one segment of the call can have (static: the block-table width, the window
 // and the split count), as jax_muse_attn's Shapes.max_tiles cut by the split count.
@@ -199,8 +220,16 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   static const int forced = env_force("MUSE_ATTN_PDL");
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
-  if (!sm90 || forced == 0) return plan;
-  plan.merge_pdl = forced == 1 || small;
+  plan.merge_pdl = sm90 && forced != 0 && (forced == 1 || small);
+  // MUSE_ATTN_FILL_RING=1 / 0 forces split_kernel<64, false, true> on / off where neither
+  // variant above is chosen (tests, benchmarks); read once a process.
+  static const int fill_ring = env_force("MUSE_ATTN_FILL_RING");
+  const int64_t merge_ctas = int64_t{p.num_requests} * p.num_kv_heads.divisor() *
+                             merge_row_blocks(p.rows, plan.merge_warps);
+  const bool merge_fits = !plan.merge_pdl || ctas + merge_ctas <= int64_t{kFillRingMaxCtasPerSm} * sms;
+  plan.split_fill_ring =
+      p.head_dim == 64 && !plan.split_pingpong && !plan.split_pairs &&
+      (fill_ring == 1 || (fill_ring == -1 && sm90_device && tiles == Stages<64>::value && merge_fits));
 #else
   (void)p;  // AMD: plain launches
 #endif

@@ -33,5 +33,6 @@ extern "C" int MUSE_GPU_HANDLER_SYMBOL(MuseLaunchPlan)(const int sizes[kMuseNumS
   plan[kMuseMergeWarps] = lp.merge_warps;
   plan[kMuseMergePdl] = lp.merge_pdl ? 1 : 0;
   plan[kMuseMergeByLane] = lp.merge_by_lane ? 1 : 0;
+  plan[kMuseSplitFillRing] = lp.split_fill_ring ? 1 : 0;
   return 0;
 }

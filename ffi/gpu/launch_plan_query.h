@@ -22,6 +22,7 @@ enum MuseLaunchPlanField {
   kMuseMergeWarps,   // warps a row in the merge
   kMuseMergePdl,     // 1: the merge is a programmatic dependent launch
   kMuseMergeByLane,  // 1: the merge weighs a segment on one lane, 0: on every lane
+  kMuseSplitFillRing,  // 1: per tile, a 4-tile segment's copies all issued in the prologue
   kMuseNumPlanFields
 };
 

@@ -6,8 +6,9 @@
 // runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
 // O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
 // split_kernel<64, true> takes a segment of exactly two tiles as one 128-key step, where latency
-// rules; split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two
-// warpgroups a CTA taking alternate tiles, where segments are long (launch_plan.h picks both).
+// rules; split_kernel<64, false, true> issues a 4-tile segment's copies all in its prologue;
+// split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two
+// warpgroups a CTA taking alternate tiles, where segments are long (launch_plan.h picks each).
 #include <atomic>
 #include <cstdint>
 
@@ -39,31 +40,12 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
   }
 }
 
-// Tiles in flight (shared-memory stages). NVIDIA: 4 x 16 KiB at D = 64 (3 CTAs an SM), 2 x 32
-// KiB at D = 128 (more would spill registers; 3 vs 4 stages measured the same at D = 64; 5 and 6,
-// 2 CTAs an SM: 0.22-0.36 us faster at full 8k R=4 and 32k R=1, slower at full 2k R=16 (4-tile
-// segments too), at 8-tile segments and where 3 CTAs an SM are needed: NOTES.md version 24). AMD:
-// the LDS of a workgroup is 64 KiB on gfx942, so 3 stages at D = 64 and 1 at D = 128 (the HIP
-// copies go through registers anyway).
-template <int D>
-struct Stages {
-#if defined(MUSE_ATTN_SPLIT_STAGES_D64)  // a tuning knob for benchmarks/kernel_bench.cu
-  static constexpr int value = D == 64 ? MUSE_ATTN_SPLIT_STAGES_D64 : 2;
-#elif defined(MUSE_ATTN_HIP)
-  static constexpr int value = D == 64 ? 3 : 1;
-#else
-  static constexpr int value = D == 64 ? 4 : 2;
-#endif
-};
-
-// A segment of exactly kStages tiles (D = 64) issues its last tile's copies in the prologue, with
-// the prologue's last group, so that every copy is issued before the masks' setup and the first
-// wait (the loop skips that refill; waiting for the prologue's last tile then waits for the
-// segment's last one too).
-// Measured (benchmarks/NOTES.md version 24, kernels alone and through JAX): 0.2 us off the 4-tile
-// segments of full 8k R=4 and 32k R=1, but 0.2-0.35 onto full 2k R=16, whose segments have 4
-// tiles too; not understood, so off: a tuning knob for benchmarks/kernel_bench.cu and
-// benchmarks/experiments/jax_ab.sh (-DMUSE_ATTN_FILL_RING), written as measured.
+// kFillRing: a segment of exactly kStages tiles (D = 64) issues its last tile's copies in the
+// prologue, with the prologue's last group, so that every copy is issued before the masks' setup
+// and the first wait (the loop skips that refill; waiting for the prologue's last tile then waits
+// for the segment's last one too). A template parameter, picked by LaunchPlan::split_fill_ring
+// where segments have kStages tiles: it costs 145 registers against 144 and 0.15 us where they
+// have 8 (launch_plan.h has the figures and the rule).
 
 // NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
 // the warpgroup MMA's shared-memory operands; warp_mma.h).
@@ -280,7 +262,7 @@ inline constexpr int kMinCtasPerSm = 1;
 // kPairs: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
 // LaunchPlan::split_pairs picks it where latency rules: launch_plan.h has the figures). A
 // template parameter because in every launch it cost 0.5 us where segments are longer.
-template <int D, bool kPairs>
+template <int D, bool kPairs, bool kFillRing>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p) {
   extern __shared__ __align__(16) char smem_raw[];
 #if defined(MUSE_ATTN_CUDA)
@@ -349,10 +331,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
-#if defined(MUSE_ATTN_FILL_RING)  // off; see above Stages
-      static_assert(kStages >= 2, "the ring filled in the prologue needs a prologue stage");
-      if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
-#endif
+      if constexpr (kFillRing) {
+        static_assert(kStages >= 2, "the ring filled in the prologue needs a prologue stage");
+        if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
+      }
       copy_commit();
     }
   } else {  // D = 128: one tile's ids at a time (registers are short there)
@@ -397,11 +379,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     if constexpr (kPrefetchIds) {
       TileEntries after{};  // issued ahead of this refill's copies
       if (t + kStages < t1) after = load_tile_entries(src, t + kStages);  // lands during this tile
-#if defined(MUSE_ATTN_FILL_RING)
-      if (t + kStages - 1 < t1 && t1 - t0 != kStages)  // that refill made in the prologue
-#else
-      if (t + kStages - 1 < t1)
-#endif
+      // (kFillRing: a kStages-tile segment's one refill was made in the prologue)
+      if (t + kStages - 1 < t1 && !(kFillRing && t1 - t0 == kStages))
         stage((it + kStages - 1) % kStages, t + kStages - 1, next);
       next = after;
     } else if (t + kStages - 1 < t1) {
@@ -635,12 +614,13 @@ gpuError_t allow_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
   return gpuSuccess;
 }
 
-template <int D, bool kPairs = false>
+template <int D, bool kPairs = false, bool kFillRing = false>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   constexpr int smem = split_smem_bytes<D>();
   static std::atomic<uint64_t> done{0};
-  if (gpuError_t e = allow_smem_once(split_kernel<D, kPairs>, smem, done); e != gpuSuccess) return e;
-  split_kernel<D, kPairs><<<split_grid(p), kThreads, smem, stream>>>(p);
+  if (gpuError_t e = allow_smem_once(split_kernel<D, kPairs, kFillRing>, smem, done); e != gpuSuccess)
+    return e;
+  split_kernel<D, kPairs, kFillRing><<<split_grid(p), kThreads, smem, stream>>>(p);
   return gpuGetLastError();
 }
 
@@ -661,6 +641,9 @@ gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream
   if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, stream);
 #endif
   if (plan.split_pairs && p.head_dim == 64) return launch_split_d<64, true>(p, stream);
+#if defined(MUSE_ATTN_CUDA)
+  if (plan.split_fill_ring && p.head_dim == 64) return launch_split_d<64, false, true>(p, stream);
+#endif
   return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }
 
