@@ -197,6 +197,13 @@ def test_overridden_launch_plans_of_the_benchmark_grid():
         assert plan["split_fill_ring"] == (cuda and name.endswith("-d64")), (name, plan)
     for name, plan in _grid_plans(MUSE_ATTN_FILL_RING="0").items():
         assert plan["split_fill_ring"] is False, (name, plan)
+    # with the merge a plain launch the merge's CTAs need not fit beside the split CTAs: on an
+    # H200 every config with 4-tile segments takes it, full 2k R=16 too
+    if cuda and _ffi.compute_capability_major() == 9 and _ffi.multiprocessor_count() == 132:
+        for name, plan in _grid_plans(MUSE_ATTN_PDL="0").items():
+            config, d = name.rsplit("-d", 1)
+            want = d == "64" and config in _H200_FILL_RING | {"full2k-r16"}
+            assert plan["split_fill_ring"] == want, (name, plan)
     for forced in ("0", "1"):  # both merges are built for every platform
         for name, plan in _grid_plans(MUSE_ATTN_MERGE_BY_LANE=forced).items():
             assert plan["merge_by_lane"] == (forced == "1"), (forced, name, plan)

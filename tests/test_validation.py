@@ -220,6 +220,10 @@ def test_launch_plan_refuses_what_a_call_refuses():
         assert plan["split_kernel"] in ("per_tile", "two_tile", "pingpong"), plan
         assert plan["merge_warps"] in (1, 2, 4, 8) and isinstance(plan["merge_pdl"], bool), plan
         assert isinstance(plan["merge_by_lane"], bool), plan
+        assert isinstance(plan["split_fill_ring"], bool), plan
+        assert not (plan["split_fill_ring"] and plan["split_kernel"] != "per_tile"), plan
+        assert set(plan) == {"num_splits", "split_kernel", "merge_warps", "merge_pdl",
+                             "merge_by_lane", "split_fill_ring"}, plan
         assert jax_muse_attn.launch_plan(*abstract)["num_splits"] >= 1
         big = 65536  # R x Hkv past the GPU grid: verify_attention's message
         with pytest.raises(ValueError, match="65535"):

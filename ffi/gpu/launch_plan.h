@@ -70,19 +70,22 @@ inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs
 // split_kernel<64, false, true> (a segment of exactly kStages = 4 tiles issues all four tiles'
 // copies in the prologue instead of the fourth in the loop's first iteration) where no segment
 // has more than kStages tiles and at least one may have that many, unless the merge is a
-// programmatic dependent whose CTAs do not all fit beside the split CTAs: counted as at most 3
-// CTAs of either kernel an SM (split CTAs take 145 registers x 128 threads, merge CTAs up to ~100
-// x 256: two split CTAs and one merge CTA, or one and two, fill an SM's 64 K registers). Why it
-// loses where they do not fit is not known (the split alone gains there too; with the timeline's
+// programmatic dependent whose CTAs cannot all start beside the split CTAs: split + merge CTAs
+// more than 3 an SM. The bound is empirical (at full 2k it lies between 416 and 448 CTAs on 132
+// SMs) and near what registers allow: a split CTA holds 152 x 128 = 19.5 K of an SM's 64 K, so two
+// leave room for one merge CTA of 256 threads (at most 104 registers; the D = 64 merges take 46-80)
+// and one for two or three, by the merge's registers. Why it
+// loses where they do not fit is not known (the split alone gains there; with the timeline's
 // stamps compiled in it gains); the rule is what was measured. Kernels alone on an H200
 // (benchmarks/NOTES.md version 25, graph, us, both rounds alike; off / on, split + merge CTAs):
 // full 2k at 8 splits R=11 (176 + 176) 8.15 / 7.68, R=12 (192 + 192) 8.19 / 7.90, R=13 (208 +
 // 208) 8.30 / 8.18, R=14 (224 + 224) 8.56 / 8.82, R=16 (256 + 256) 8.67 / 9.03; 8k R=4 (256 +
 // 128) 8.60 / 8.47, 32k R=1 (256 + 128) 8.72 / 8.55, 16k R=2 (256 + 128) 8.65 / 8.52; with the
 // merge a plain launch (MUSE_ATTN_PDL=0) 2k R=16 9.05 / 8.88, 8k R=4 9.48 / 9.35. The bound
-// gives up R=13's 0.12 us (416 CTAs) to stay clear of R=14's loss. Where segments have 8 tiles
-// it costs 0.1-0.15 us (8k R=8 12.84 / 12.95: the same schedule, one more register), hence only
-// at kStages tiles. Through JAX (version 24, the same kernel as a build knob, device clock): 8k
+// gives up R=13's 0.12 us (416 CTAs) to stay clear of R=14's loss; full 4k R=8 at 16 splits (256
+// + 128) takes it and does not move (8.56 / 8.57, version 25's first call). Where segments have 8
+// tiles it costs 0.1-0.15 us (8k R=8 12.84 / 12.95: the same schedule, one more register), hence
+// only at kStages tiles. Through JAX (version 24, the same kernel as a build knob, device clock): 8k
 // R=4 8.29 -> 8.07, 32k R=1 8.40 -> 8.16, 2k R=16 8.35 -> 8.57.
 inline constexpr int kFillRingMaxCtasPerSm = 3;
 

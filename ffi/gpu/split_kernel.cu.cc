@@ -274,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   using Warp = WarpAttention<D>;
   constexpr int kStages = Stages<D>::value;
   constexpr int R = Warp::kRowsPerLane;
+  constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage (kernel_bench knob)
 
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   MUSE_TIMELINE(p, 0, 0);
@@ -331,8 +332,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, first[s]);
-      if constexpr (kFillRing) {
-        static_assert(kStages >= 2, "the ring filled in the prologue needs a prologue stage");
+      if constexpr (kFill) {
         if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
       }
       copy_commit();
@@ -379,8 +379,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
     if constexpr (kPrefetchIds) {
       TileEntries after{};  // issued ahead of this refill's copies
       if (t + kStages < t1) after = load_tile_entries(src, t + kStages);  // lands during this tile
-      // (kFillRing: a kStages-tile segment's one refill was made in the prologue)
-      if (t + kStages - 1 < t1 && !(kFillRing && t1 - t0 == kStages))
+      // (kFill: a kStages-tile segment's one refill was made in the prologue)
+      if (t + kStages - 1 < t1 && !(kFill && t1 - t0 == kStages))
         stage((it + kStages - 1) % kStages, t + kStages - 1, next);
       next = after;
     } else if (t + kStages - 1 < t1) {
