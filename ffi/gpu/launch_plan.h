@@ -115,6 +115,11 @@ __host__ __device__ constexpr int merge_rows_per_cta(int warps) {
 constexpr int merge_row_blocks(int rows, int warps) {
   return (rows + merge_rows_per_cta(warps) - 1) / merge_rows_per_cta(warps);
 }
+// The merge's grid at W = warps: (row blocks, groups), as launch_merge launches it.
+inline dim3 merge_grid(const VerifyParams& p, int warps) {
+  return dim3(static_cast<unsigned>(merge_row_blocks(p.rows, warps)),
+              p.num_requests * p.num_kv_heads.divisor());
+}
 
 // Warps a row: the fewest that load every segment in one batch (up to 128 segments; past that
 // they loop), then doubled while each warp would still fold more than kMergeWarpSegments and the
@@ -227,8 +232,8 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   // MUSE_ATTN_FILL_RING=1 / 0 forces split_kernel<64, false, true> on / off where neither
   // variant above is chosen (tests, benchmarks); read once a process.
   static const int fill_ring = env_force("MUSE_ATTN_FILL_RING");
-  const int64_t merge_ctas = int64_t{p.num_requests} * p.num_kv_heads.divisor() *
-                             merge_row_blocks(p.rows, plan.merge_warps);
+  const dim3 mg = merge_grid(p, plan.merge_warps);
+  const int64_t merge_ctas = int64_t{mg.x} * mg.y;
   const bool merge_fits = !plan.merge_pdl || ctas + merge_ctas <= int64_t{kFillRingMaxCtasPerSm} * sms;
   plan.split_fill_ring =
       p.head_dim == 64 && !plan.split_pingpong && !plan.split_pairs &&

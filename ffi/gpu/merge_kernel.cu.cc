@@ -314,8 +314,7 @@ auto merge_kernel_for(bool by_lane) {
 template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
   constexpr int kThreads = merge_threads(W);
-  const dim3 grid(static_cast<unsigned>(merge_row_blocks(p.rows, W)),
-                  p.num_requests * p.num_kv_heads.divisor());
+  const dim3 grid = merge_grid(p, W);
 #if defined(MUSE_ATTN_CUDA)
   // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
   // overlap the split kernel instead of following it.
