@@ -204,22 +204,29 @@ def _two_tile_kernel():
     return "two_tile" if _ffi.compute_capability_major() == 9 else "per_tile"
 
 
+def _check_split_variant_case(c, window, splits, what, plan_field, expected):
+    """c at `splits` segments a group against the float64 oracle, bitwise repeatable; on the FFI
+    backend first asserts that the launch plan's plan_field is expected() (the split kernel
+    variant these cases are for; forced both ways in test_gpu_launch_modes.py)."""
+    ref = c.oracle()
+    kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+    if BACKEND == "ffi":
+        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
+                                         tokens_per_request=c.NQ)
+        assert plan[plan_field] == expected(), plan
+    out = c.run(BACKEND, **kw)
+    assert_close(out, ref, q_shape=c.q.shape, what=what)
+    np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
+
+
 @pytest.mark.parametrize("window,splits", [(None, 4), (None, 5), (100, 2), (64, 2), (130, 2)],
                          ids=["full-4", "full-5", "swa100-2", "swa64-2", "swa130-2"])
 def test_two_tile_segments(window, splits):
     rng = np.random.default_rng(7 + splits + (window or 0))
     lens = [257, 300, 320, 383, 384, 385, 449, 512, 200, 140, 9]
     c = make_case(rng, len(lens), lens, P=32, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
-    ref = c.oracle()
-    kw = {"num_splits": splits} if BACKEND == "ffi" else {}
-    if BACKEND == "ffi":  # which split kernel runs them (forced in test_gpu_launch_modes.py)
-        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
-                                         tokens_per_request=c.NQ)
-        assert plan["split_kernel"] == _two_tile_kernel(), plan
-    out = c.run(BACKEND, **kw)
-    what = f"window={window} splits={splits}"
-    assert_close(out, ref, q_shape=c.q.shape, what=what)
-    np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
+    _check_split_variant_case(c, window, splits, f"window={window} splits={splits}",
+                              "split_kernel", _two_tile_kernel)
 
 
 # Segments of exactly four tiles (D = 64: as many as the split kernel's stages; where the merge's
@@ -250,13 +257,5 @@ def test_four_tile_segments(window, splits, P):
     lens = [keys, keys - 1, keys - 64, keys - 65, keys - 130, keys - 200, keys // 2 + 70, 260, 257,
             250, 9]
     c = make_case(rng, len(lens), lens, P=P, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
-    ref = c.oracle()
-    kw = {"num_splits": splits} if BACKEND == "ffi" else {}
-    if BACKEND == "ffi":  # which split kernel runs them (forced in test_gpu_launch_modes.py)
-        plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
-                                         tokens_per_request=c.NQ)
-        assert plan["split_fill_ring"] == _fill_ring_kernel(), plan
-    out = c.run(BACKEND, **kw)
-    what = f"window={window} splits={splits} P={P}"
-    assert_close(out, ref, q_shape=c.q.shape, what=what)
-    np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
+    _check_split_variant_case(c, window, splits, f"window={window} splits={splits} P={P}",
+                              "split_fill_ring", _fill_ring_kernel)
