@@ -64,8 +64,17 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // segments are longer (its registers, 145 -> 165: 32k R=1 10.30 vs 9.72). With the second
 // tile's wait under the first tile's score MMAs (version 17): SWA R=2 5.10 vs 5.17, R=4 5.72
 // vs 5.85, 2k R=2 4.98 vs 5.06, R=4 5.74 vs 5.89, 8k R=1 5.90 vs 6.09; at 2 CTAs an SM still
-// slower (2k R=8 7.61 vs 7.04-7.10, 8k R=2 7.63 vs 7.42-7.51), so the bound stays.
-inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs
+// slower (2k R=8 7.61 vs 7.04-7.10, 8k R=2 7.63 vs 7.42-7.51), so the bound stayed. On version
+// 25's kernels (benchmarks/NOTES.md version 26, kernels alone, graph, two rounds, per-tile /
+// two-tile) it gains at 2 CTAs an SM too where the merge, a programmatic dependent, has CTAs that
+// fit beside the split CTAs (split + merge CTAs at most kFillRingMaxCtasPerSm an SM, as for the
+// fill ring below): 8k R=2 (256 + 128 CTAs) 6.47-6.48 / 6.30, 2k R=8 (256 + 128) 6.42 / 6.28-6.29,
+// 4k R=4 6.66-6.67 / 6.47-6.48, 16k R=1 6.75-6.76 / 6.52-6.53, 3k R=5 (240 + 160) 6.62 / 6.48-6.49,
+// SWA 32k R=6 (204 + 192) 6.36-6.37 / 6.05-6.06, 2k R=7 (224 + 112) 6.38-6.39 / 6.32-6.34; and
+// loses where they do not: 1k R=16 (256 + 256) 6.71 / 6.82-6.84, SWA R=7 (238 + 224) 6.67-6.68
+// / 6.77-6.78.
+inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs: whatever the merge
+inline constexpr int kPairsMaxCtasPerSmMergeFits = 2;  // up to 2 an SM where the merge fits
 
 // split_kernel<64, false, true> (a segment of exactly kStages = 4 tiles issues all four tiles'
 // copies in the prologue instead of the fourth in the loop's first iteration) where no segment
@@ -218,23 +227,28 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.split_pingpong = p.head_dim == 64 &&
                         (pingpong == 1 || (pingpong == -1 && sm90_device && small &&
                                            tiles >= kPingpongMinSegmentTiles));
-  // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel<64, true> on / off where the ping-pong kernel is
-  // not chosen (tests, benchmarks); read once a process.
-  static const int pairs = env_force("MUSE_ATTN_PAIRS");
-  plan.split_pairs = p.head_dim == 64 && !plan.split_pingpong &&
-                     (pairs == 1 || (pairs == -1 && sm90_device && sms > 0 &&
-                                     tiles <= 2 &&
-                                     2 * ctas <= int64_t{kPairsMaxCtasPerSmX2} * sms));
   static const int forced = env_force("MUSE_ATTN_PDL");
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
   plan.merge_pdl = sm90 && forced != 0 && (forced == 1 || small);
+  // Whether every merge CTA, a programmatic dependent, can start beside the split CTAs.
+  const dim3 mg = merge_grid(p, plan.merge_warps);
+  const int64_t merge_ctas = int64_t{mg.x} * mg.y;
+  const bool pdl_merge_fits =
+      plan.merge_pdl && ctas + merge_ctas <= int64_t{kFillRingMaxCtasPerSm} * sms;
+  // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel<64, true> on / off where the ping-pong kernel is
+  // not chosen (tests, benchmarks); read once a process.
+  static const int pairs = env_force("MUSE_ATTN_PAIRS");
+  plan.split_pairs =
+      p.head_dim == 64 && !plan.split_pingpong &&
+      (pairs == 1 ||
+       (pairs == -1 && sm90_device && sms > 0 && tiles <= 2 &&
+        (2 * ctas <= int64_t{kPairsMaxCtasPerSmX2} * sms ||
+         (pdl_merge_fits && ctas <= int64_t{kPairsMaxCtasPerSmMergeFits} * sms))));
   // MUSE_ATTN_FILL_RING=1 / 0 forces split_kernel<64, false, true> on / off where neither
   // variant above is chosen (tests, benchmarks); read once a process.
   static const int fill_ring = env_force("MUSE_ATTN_FILL_RING");
-  const dim3 mg = merge_grid(p, plan.merge_warps);
-  const int64_t merge_ctas = int64_t{mg.x} * mg.y;
-  const bool merge_fits = !plan.merge_pdl || ctas + merge_ctas <= int64_t{kFillRingMaxCtasPerSm} * sms;
+  const bool merge_fits = !plan.merge_pdl || pdl_merge_fits;
   plan.split_fill_ring =
       p.head_dim == 64 && !plan.split_pingpong && !plan.split_pairs &&
       (fill_ring == 1 || (fill_ring == -1 && sm90_device && tiles == Stages<64>::value && merge_fits));
