@@ -98,8 +98,15 @@ def test_split_count_sees_the_gpu_the_launch_plan_sees(monkeypatch):
         assert not attention.pingpong_split_kernel(s, platform), (platform, kind)
 
 
+# Off the grid, where the two-tile kernel's bound at 2 split CTAs an SM decides (measured in
+# benchmarks/results/h200_v26_pairs_rule_kb.txt): split + merge CTAs on an H200 396 (SWA R=6, at
+# the bound) and 336 (full 2k R=7) take it; 400 (full 3k R=5), 462 (SWA R=7), 512 (full 1k R=16)
+# do not.
+_OFF_GRID = ("swa32k-r6", "full2k-r7", "full3k-r5", "swa32k-r7", "full1k-r16")
+
 # The plan of every config of the benchmark grid (jax_muse_attn.bench: Hq 16, Hkv 2, D 64, 8
-# tokens; the split count as verify_attention picks it) plus the same shapes at D = 128, asked
+# tokens; the split count as verify_attention picks it) and of _OFF_GRID, plus the same shapes at
+# D = 128, asked
 # of jax_muse_attn.launch_plan in a process with the given overrides (the plan reads them once a
 # process) and none other.
 _PLAN_SCRIPT = """
@@ -108,7 +115,7 @@ import jax, jax.numpy as jnp
 import jax_muse_attn
 from jax_muse_attn import bench
 out = {}
-for c in bench.full_grid():
+for c in bench.full_grid() + [bench.parse_config(n) for n in sys.argv[1:]]:
     for d in (64, 128):
         q = jax.ShapeDtypeStruct((bench.NQ * c.R, bench.H_Q, d), jnp.bfloat16)
         kv = jax.ShapeDtypeStruct((c.blocks, bench.H_KV, bench.PAGE, 2 * d), jnp.bfloat16)
@@ -123,7 +130,7 @@ _OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS", "MUSE_AT
 def _grid_plans(**overrides):
     env = {k: v for k, v in os.environ.items() if k not in _OVERRIDES}
     env.update(overrides)
-    proc = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT], env=env, cwd=HERE,
+    proc = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT, *_OFF_GRID], env=env, cwd=HERE,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)
@@ -135,9 +142,9 @@ def _grid_plans(**overrides):
 # split + 128 merge CTAs, at most 3 an SM); ping-pong where they have 16 tiles or more at 2 CTAs
 # an SM; the merge a programmatic dependent where the split grid has at most 2 CTAs an SM. D = 128
 # runs neither split variant.
+_H200_TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7"}  # need the merge to fit
 _H200_TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
-                  "full2k-r8", "full8k-r1", "full8k-r2"}
-_H200_TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2"}  # those that need the merge to fit
+                  "full8k-r1"} | _H200_TWO_TILE_AT_TWO_AN_SM
 _H200_PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
                   "full128k-r2", "full128k-r4", "full128k-r8"}
 # A 4-tile segment's copies all in the prologue where segments have 4 tiles (full 2k R=16, 8k

@@ -56,7 +56,8 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 
 // split_kernel<64, true> (a segment of exactly two tiles as one 128-key step: both tiles' score
 // MMAs in one round trip, one softmax, both P V in one round trip; the warpgroup MMA only) where
-// no segment has more than two tiles and most SMs hold one split CTA. Kernels alone on an H200
+// no segment has more than two tiles and most SMs hold one split CTA, or up to two where the
+// merge's CTAs fit beside them (below). Kernels alone on an H200
 // (benchmarks/NOTES.md version 16, graph, us, against split_kernel<64, false>): SWA R=2 5.15 vs
 // 5.33, SWA R=4 (136 CTAs) 5.78-5.81 vs 6.17-6.19, 2k R=2 5.27 vs 5.37, 2k R=4 (128 CTAs) 5.82
 // vs 5.95, 8k R=1 6.06 vs 6.10; but 8k R=2 (256 CTAs, 2 an SM) 7.77 vs 7.31 (a CTA waits for
@@ -69,10 +70,10 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // two-tile) it gains at 2 CTAs an SM too where the merge, a programmatic dependent, has CTAs that
 // fit beside the split CTAs (split + merge CTAs at most kFillRingMaxCtasPerSm an SM, as for the
 // fill ring below): 8k R=2 (256 + 128 CTAs) 6.47-6.48 / 6.30, 2k R=8 (256 + 128) 6.42 / 6.28-6.29,
-// 4k R=4 6.66-6.67 / 6.47-6.48, 16k R=1 6.75-6.76 / 6.52-6.53, 3k R=5 (240 + 160) 6.62 / 6.48-6.49,
-// SWA 32k R=6 (204 + 192) 6.36-6.37 / 6.05-6.06, 2k R=7 (224 + 112) 6.38-6.39 / 6.32-6.34; and
-// loses where they do not: 1k R=16 (256 + 256) 6.71 / 6.82-6.84, SWA R=7 (238 + 224) 6.67-6.68
-// / 6.77-6.78.
+// 4k R=4 6.66-6.67 / 6.47-6.48, 16k R=1 6.75-6.76 / 6.52-6.53, SWA 32k R=6 (204 + 192, at the
+// bound) 6.36-6.37 / 6.05-6.06, 2k R=7 (224 + 112) 6.38-6.39 / 6.32-6.34; and loses where they
+// do not: 1k R=16 (256 + 256) 6.71 / 6.82-6.84, SWA R=7 (238 + 224) 6.67-6.68 / 6.77-6.78. The
+// bound is empirical: 3k R=5 (240 + 160, just past it) gains too (6.62 / 6.48-6.49), left off.
 inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs: whatever the merge
 inline constexpr int kPairsMaxCtasPerSmMergeFits = 2;  // up to 2 an SM where the merge fits
 
