@@ -9,8 +9,9 @@
 #   KB_ARGS="L R window splits ..." to pick the configs.   BUILD_ONLY=1: build, run nothing.
 #   FLAG_VARIANTS="name:-DKNOB=V[,-DKNOB2=W] ..." adds this tree built with those nvcc flags
 #   (the knobs of kernel_bench.cu, e.g. s6:-DMUSE_ATTN_SPLIT_STAGES_D64=6); checked like patches.
-#   ENV_VARIANTS="name:VAR=V[,VAR2=W] ..." adds this tree's binary run with that environment
-#   (e.g. pp1:MUSE_ATTN_PINGPONG=1 against pp0:MUSE_ATTN_PINGPONG=0); checked like patches.
+#   ENV_VARIANTS="name[@variant]:VAR=V[,VAR2=W] ..." adds this tree's binary (or a FLAG_VARIANTS
+#   variant's, after @) run with that environment (e.g. pp1:MUSE_ATTN_PINGPONG=1 against
+#   pp0:MUSE_ATTN_PINGPONG=0; late1@late:MUSE_ATTN_FILL_RING=1); checked like patches.
 #   NO_COLD=1: hot (graph) figures only.
 set -u
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -50,11 +51,13 @@ for n in "${names[@]}"; do
   fi
 done
 wait
-for ev in ${ENV_VARIANTS:-}; do  # this tree's binary run with an environment (a wrapper script)
+for ev in ${ENV_VARIANTS:-}; do  # a built variant's binary run with an environment (a wrapper)
   IFS=, read -r -a envs <<<"${ev#*:}"
-  printf '#!/usr/bin/env bash\nexec env %s /tmp/exp_tree "$@"\n' "${envs[*]}" >"/tmp/exp_${ev%%:*}"
-  chmod +x "/tmp/exp_${ev%%:*}"
-  variants+=("${ev%%:*}")
+  head=${ev%%:*}; name=${head%%@*}; bin=tree
+  [[ $head == *@* ]] && bin=${head#*@}
+  printf '#!/usr/bin/env bash\nexec env %s /tmp/exp_%s "$@"\n' "${envs[*]}" "$bin" >"/tmp/exp_$name"
+  chmod +x "/tmp/exp_$name"
+  variants+=("$name")
 done
 for v in "${variants[@]}"; do [[ -x /tmp/exp_$v ]] || echo "no binary for $v" | tee -a "$LOG"; done
 [[ -n "${BUILD_ONLY:-}" ]] && { echo "built: ${variants[*]}"; exit 0; }
