@@ -25,6 +25,8 @@ import sys
 import jax
 import pytest
 
+import h200_plans
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(jax.default_backend() != "gpu",
@@ -98,15 +100,9 @@ def test_split_count_sees_the_gpu_the_launch_plan_sees(monkeypatch):
         assert not attention.pingpong_split_kernel(s, platform), (platform, kind)
 
 
-# Off the grid, where the two-tile kernel's bound at 2 split CTAs an SM decides (measured in
-# benchmarks/results/h200_v26_pairs_rule_kb.txt): split + merge CTAs on an H200 396 (SWA R=6, at
-# the bound) and 336 (full 2k R=7) take it; 400 (full 3k R=5), 462 (SWA R=7), 512 (full 1k R=16)
-# do not.
-_OFF_GRID = ("swa32k-r6", "full2k-r7", "full3k-r5", "swa32k-r7", "full1k-r16")
-
 # The plan of every config of the benchmark grid (jax_muse_attn.bench: Hq 16, Hkv 2, D 64, 8
-# tokens; the split count as verify_attention picks it) and of _OFF_GRID, plus the same shapes at
-# D = 128, asked
+# tokens; the split count as verify_attention picks it) and of h200_plans.OFF_GRID, plus the same
+# shapes at D = 128, asked
 # of jax_muse_attn.launch_plan in a process with the given overrides (the plan reads them once a
 # process) and none other.
 _PLAN_SCRIPT = """
@@ -130,27 +126,10 @@ _OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS", "MUSE_AT
 def _grid_plans(**overrides):
     env = {k: v for k, v in os.environ.items() if k not in _OVERRIDES}
     env.update(overrides)
-    proc = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT, *_OFF_GRID], env=env, cwd=HERE,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _PLAN_SCRIPT, *h200_plans.OFF_GRID], env=env,
+                          cwd=HERE, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)
-
-
-# What README.md and benchmarks/NOTES.md say each config of the grid runs on an H200 (132 SMs,
-# sm_90): two-tile steps where segments have at most 2 tiles and split CTAs are at most 1.5 an
-# SM, or at most 2 an SM where the merge's CTAs fit beside them (full 2k R=8 and 8k R=2: 256
-# split + 128 merge CTAs, at most 3 an SM); ping-pong where they have 16 tiles or more at 2 CTAs
-# an SM; the merge a programmatic dependent where the split grid has at most 2 CTAs an SM. D = 128
-# runs neither split variant.
-_H200_TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7"}  # need the merge to fit
-_H200_TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
-                  "full8k-r1"} | _H200_TWO_TILE_AT_TWO_AN_SM
-_H200_PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
-                  "full128k-r2", "full128k-r4", "full128k-r8"}
-# A 4-tile segment's copies all in the prologue where segments have 4 tiles (full 2k R=16, 8k
-# R=4, 32k R=1), except where the merge, a programmatic dependent, has CTAs that do not fit beside
-# the split CTAs (2k R=16: 256 split + 256 merge CTAs, more than 3 an SM).
-_H200_FILL_RING = {"full8k-r4", "full32k-r1"}
 
 
 def test_default_launch_plans_of_the_benchmark_grid():
@@ -167,15 +146,13 @@ def test_default_launch_plans_of_the_benchmark_grid():
             assert plan["merge_pdl"] == (ctas <= 2 * sms), (name, plan, sms)
         else:
             assert not plan["merge_pdl"], (name, plan)
-        if major == 9 and sms == 132 and d == "64":
-            want = ("two_tile" if config in _H200_TWO_TILE else
-                    "pingpong" if config in _H200_PINGPONG else "per_tile")
-            assert plan["split_kernel"] == want, (name, plan)
+        if major == 9 and sms == 132 and d == "64":  # what tests/h200_plans.py says of an H200
+            assert plan["split_kernel"] == h200_plans.split_kernel(config, 64), (name, plan)
             # the merge weighs by one lane everywhere in the grid (at most 16 segments a warp:
             # with bf16 partials one lane won at 16 too, at 8 of the 11 grid configs it changes;
             # NOTES.md version 22)
             assert plan["merge_by_lane"] is True, (name, plan)
-            assert plan["split_fill_ring"] == (config in _H200_FILL_RING), (name, plan)
+            assert plan["split_fill_ring"] == h200_plans.fill_ring(config, 64), (name, plan)
         if d == "128" or plan["split_kernel"] != "per_tile" or major != 9:
             assert plan["split_fill_ring"] is False, (name, plan)
         # a warp's segments: every W-th of the call's splits
@@ -214,10 +191,10 @@ def test_overridden_launch_plans_of_the_benchmark_grid():
     if cuda and _ffi.compute_capability_major() == 9 and _ffi.multiprocessor_count() == 132:
         for name, plan in _grid_plans(MUSE_ATTN_PDL="0").items():
             config, d = name.rsplit("-d", 1)
-            want = d == "64" and config in _H200_FILL_RING | {"full2k-r16"}
-            assert plan["split_fill_ring"] == want, (name, plan)
-            two_tile = d == "64" and config in _H200_TWO_TILE - _H200_TWO_TILE_AT_TWO_AN_SM
-            assert (plan["split_kernel"] == "two_tile") == two_tile, (name, plan)
+            assert plan["split_fill_ring"] == h200_plans.fill_ring(config, int(d), pdl=False), (
+                name, plan)
+            assert plan["split_kernel"] == h200_plans.split_kernel_without_pdl(config, int(d)), (
+                name, plan)
     for forced in ("0", "1"):  # both merges are built for every platform
         for name, plan in _grid_plans(MUSE_ATTN_MERGE_BY_LANE=forced).items():
             assert plan["merge_by_lane"] == (forced == "1"), (forced, name, plan)

@@ -1,0 +1,46 @@
+"""What README.md ("The launch plan at a glance") and benchmarks/NOTES.md say each config of the
+benchmark grid runs on an H200 (132 SMs, sm_90), and the off-grid configs around the two-tile
+kernel's bound; shared by the GPU test (test_gpu_launch_modes.py: the real device's plan) and the
+host test (test_launch_plan_host.py: ffi/gpu/launch_plan.h compiled against a stub runtime).
+
+Two-tile steps where segments have at most 2 tiles and split CTAs are at most 1.5 an SM, or at
+most 2 an SM where the merge, a programmatic dependent, has CTAs that fit beside them (split +
+merge CTAs at most 3 an SM: full 2k R=8 and 8k R=2 have 256 + 128); ping-pong where segments have
+16 tiles or more at 2 CTAs an SM; the merge a programmatic dependent where the split grid has at
+most 2 CTAs an SM; a 4-tile segment's copies all in the prologue (the fill ring) where segments
+have 4 tiles (full 2k R=16, 8k R=4, 32k R=1), except where the merge, a programmatic dependent,
+has CTAs that do not fit (2k R=16: 256 + 256). D = 128 runs neither split variant.
+"""
+
+# Off the grid, where the two-tile kernel's bound at 2 split CTAs an SM decides (measured in
+# benchmarks/results/h200_v26_pairs_rule_kb.txt): split + merge CTAs on an H200 396 (SWA R=6, at
+# the bound) and 336 (full 2k R=7) take it; 400 (full 3k R=5), 462 (SWA R=7), 512 (full 1k R=16)
+# do not.
+OFF_GRID = ("swa32k-r6", "full2k-r7", "full3k-r5", "swa32k-r7", "full1k-r16")
+
+TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7"}  # need the merge to fit
+TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
+            "full8k-r1"} | TWO_TILE_AT_TWO_AN_SM
+PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
+            "full128k-r2", "full128k-r4", "full128k-r8"}
+FILL_RING = {"full8k-r4", "full32k-r1"}
+
+
+def split_kernel(config: str, d: int) -> str:
+    """The split kernel a config of the grid (or OFF_GRID) runs on an H200 by default."""
+    if d != 64:
+        return "per_tile"
+    return "two_tile" if config in TWO_TILE else "pingpong" if config in PINGPONG else "per_tile"
+
+
+def split_kernel_without_pdl(config: str, d: int) -> str:
+    """The same with MUSE_ATTN_PDL=0: the two-tile kernel keeps its 1.5-an-SM bound (measured
+    only beside a programmatic dependent merge at 2 an SM)."""
+    kernel = split_kernel(config, d)
+    return "per_tile" if kernel == "two_tile" and config in TWO_TILE_AT_TWO_AN_SM else kernel
+
+
+def fill_ring(config: str, d: int, pdl: bool = True) -> bool:
+    """Whether the fill-ring form runs; with the merge a plain launch its CTAs need not fit, so
+    full 2k R=16 takes it too."""
+    return d == 64 and config in (FILL_RING if pdl else FILL_RING | {"full2k-r16"})
