@@ -188,6 +188,11 @@ def resolve_backend(backend: str) -> tuple[str, str]:
     if _ffi.IMPORT_ERROR is not None:
         warnings.warn(f"jax_muse_attn: the FFI extension is missing ({_ffi.IMPORT_ERROR}); "
                       "backend='auto' falls back to the jnp reference", RuntimeWarning, stacklevel=3)
+    elif platform != "cpu":  # a GPU whose kernel this build lacks: slow, so say it
+        warnings.warn(f"jax_muse_attn: no handler for platform {platform!r} in this build "
+                      f"(handlers: {sorted(_ffi.REGISTERED)}); backend='auto' falls back to the "
+                      "jnp reference. Rebuild for this GPU (see the README) or pass "
+                      "backend='reference' to silence this", RuntimeWarning, stacklevel=3)
     return "reference", platform
 
 
@@ -207,8 +212,8 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
         position ``p`` sees keys ``p - window < k <= p``.
       num_reqs: requests that are real (None = R, a Python int in [0, R], or a traced int32
         scalar); the others are padding: zero rows, nothing of theirs is read.
-      backend: "auto" (this platform's kernel where one is built, else the reference), "ffi",
-        or "reference".
+      backend: "auto" (this platform's kernel where one is built, else the reference, with a
+        RuntimeWarning on a GPU), "ffi" (RuntimeError where no kernel is built), or "reference".
       tokens_per_request: NQ, new tokens a request (static, 1..16; Muse Spark verifies 8).
       num_splits: segments a (request, KV head) group's keys are cut into (static; None picks
         one from the shapes and the device).

@@ -233,3 +233,24 @@ def test_launch_plan_refuses_what_a_call_refuses():
     else:
         with pytest.raises(RuntimeError, match="no GPU handler"):
             jax_muse_attn.launch_plan(*abstract)
+
+
+def test_auto_backend_says_when_a_gpu_falls_back_to_the_reference(monkeypatch):
+    """backend='auto' on a GPU whose kernel this build lacks runs the jnp reference: it warns
+    (a silent fallback would cost a serving engine its speed unnoticed); 'ffi' refuses; on the
+    CPU, or with the kernel there, it is silent."""
+    import warnings
+    from jax_muse_attn import _ffi, attention
+    assert attention.resolve_backend("auto")[0] == "ffi"  # this platform's handler is built
+    monkeypatch.setattr(_ffi, "IMPORT_ERROR", None)
+    monkeypatch.setattr(_ffi, "current_platform", lambda: "ROCM")
+    monkeypatch.setattr(_ffi, "has_handler", lambda platform: False)
+    with pytest.warns(RuntimeWarning, match="no handler for platform 'ROCM'"):
+        assert attention.resolve_backend("auto") == ("reference", "ROCM")
+    with pytest.raises(RuntimeError, match="no handler for platform 'ROCM'"):
+        attention.resolve_backend("ffi")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert attention.resolve_backend("reference") == ("reference", "ROCM")
+        monkeypatch.setattr(_ffi, "current_platform", lambda: "cpu")
+        assert attention.resolve_backend("auto") == ("reference", "cpu")
