@@ -129,8 +129,7 @@ def hip_chains():
 
 
 def _nvcc():
-    return gcc.shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+    return gcc.find_nvcc()
 
 
 def _require_nvcc():

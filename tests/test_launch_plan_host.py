@@ -8,13 +8,13 @@ The expectations are tests/h200_plans.py's, which the GPU test (test_gpu_launch_
 on the real device; here CI checks the rules on every run. Skips without nvcc."""
 
 import os
-import shutil
 import subprocess
 
 import pytest
 
 import h200_plans
 from jax_muse_attn import _validate, attention, bench
+from jax_muse_attn.tools.gpu_compile_check import find_nvcc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,14 +62,9 @@ int main() {  // sizes in, plan out, a line each (launch_plan_query.h's order)
 """
 
 
-def _nvcc():
-    return shutil.which("nvcc") or (
-        "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-
-
 @pytest.fixture(scope="module")
 def plan_bin(tmp_path_factory):
-    nvcc = _nvcc()
+    nvcc = find_nvcc()
     if nvcc is None:
         pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): the host launch-plan check not run")
     d = tmp_path_factory.mktemp("plan_host")

@@ -254,11 +254,16 @@ def parse_ptxas(text: str) -> List[KernelUsage]:
     return list(kernels.values())
 
 
+def find_nvcc() -> Optional[str]:
+    """nvcc on PATH, else /usr/local/cuda/bin/nvcc, else None."""
+    return shutil.which("nvcc") or next(
+        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None)
+
+
 def check_cuda(source: str, arch: str, includes: Sequence[str], defines: Sequence[str],
                extra: Sequence[str], nvcc: Optional[str]) -> TargetResult:
     res = TargetResult("cuda", arch, source, "error")
-    nvcc = nvcc or shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc",) if os.path.exists(p)), None)
+    nvcc = nvcc or find_nvcc()
     if not nvcc:
         res.status, res.message = "skipped", "nvcc not found (PATH, /usr/local/cuda/bin)"
         return res
