@@ -5,7 +5,6 @@
 //        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the library's default)
 // MUSE_KB_SEQUENTIAL=1 keeps the block ids in order; -DMUSE_ATTN_SPLIT_STAGES_D64=N sets the stages;
-// -DMUSE_ATTN_LATE_TRIGGER: split_kernel lets the merge launch after its tiles, not at its start;
 // -DMUSE_ATTN_MERGE_BY_LANE_SEGMENTS=N the most segments a merge warp weighs by one lane (0: every
 // lane everywhere; the default, 16, gives one lane at every split count of the grid; gpu/launch_plan.h);
 // MUSE_KB_ONCE=1 runs each config once untimed (compute-sanitizer), MUSE_KB_POISON=1 poisons ids

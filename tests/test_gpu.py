@@ -259,3 +259,39 @@ def test_four_tile_segments(window, splits, P):
     c = make_case(rng, len(lens), lens, P=P, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
     _check_split_variant_case(c, window, splits, f"window={window} splits={splits} P={P}",
                               "split_fill_ring", _fill_ring_kernel)
+
+
+def test_inputs_written_by_the_kernels_just_before():
+    """Every input of a call written by a kernel right before it in the same jit: q is the
+    previous call's output (as layers chain), and the cache, the block table and the lengths are
+    rewritten by fusions (a select, two xors) that XLA cannot fold. On sm_90+ the split kernel is
+    a programmatic dependent launch of the kernel before it on the stream (the launch plan's
+    split_pdl) and may start while that kernel runs: it must wait for its writes before it reads
+    anything. A read too early sees stale or half-written data: wrong rows against the oracle."""
+    rng = np.random.default_rng(11)
+    lens = [2048, 1500, 777, 64, 9, 2047, 300, 1025]
+    c = make_case(rng, len(lens), lens, P=128, window=None, bad_live=0.1, num_reqs=len(lens) - 1)
+    steps = 4
+    mask = np.int32(0x5A5A5A5A)
+    bt_in, sl_in = jnp.asarray(c.bt_np ^ mask), jnp.asarray(c.sl_np ^ mask)
+    junk = jnp.full_like(c.kv, jnp.nan)
+
+    @jax.jit
+    def chain(q, kv_a, kv_b, pick_a, bt_in, sl_in, mask, one):
+        kv = jnp.where(pick_a, kv_a, kv_b)
+        bt, sl = bt_in ^ mask, sl_in ^ mask
+        outs, x = [], q * one
+        for _ in range(steps):
+            x = jax_muse_attn.verify_attention(x, kv, bt, sl, scale=c.scale, num_reqs=c.num_reqs,
+                                               backend=BACKEND, tokens_per_request=c.NQ)
+            outs.append(x)
+        return outs
+
+    outs = chain(c.q, c.kv, junk, jnp.bool_(True), bt_in, sl_in, jnp.int32(mask),
+                 jnp.bfloat16(1.0))
+    q_np = c.q_np
+    for i, out in enumerate(outs):
+        ref = oracle.verify_attention(q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale,
+                                      num_reqs=c.num_reqs, tokens_per_request=c.NQ)
+        assert_close(out, ref, q_shape=c.q.shape, what=f"call {i} of the chain")
+        q_np = np.asarray(out)  # the next call's q, as the kernel made it

@@ -12,7 +12,8 @@
 #   A_ENV=MUSE_ATTN_PDL=0 B_ENV=MUSE_ATTN_PDL=1 AB_CONFIGS="full8k-r4,full32k-r1" \
 #     bash benchmarks/experiments/jax_ab.sh                  # on the device tool
 #   B_FLAGS="-DMUSE_ATTN_SPLIT_STAGES_D64=5" AB_CONFIGS="full8k-r4" bash benchmarks/experiments/jax_ab.sh
-# AB_ORDER (default "A B B A"), AB_BUDGET (bench --budget-s, default 60), AB_LIMIT (s a run, 150).
+# AB_ORDER (default "A B B A"), AB_BUDGET (bench --budget-s, default 60), AB_LIMIT (s a run, 150),
+# AB_MODES (bench --modes, default "on"; "on,off" also times command buffers off).
 set -u
 : "${AB_CONFIGS:?comma-separated bench config names}"
 OUT="${OUT:-$PWD/device_out}"; ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -40,14 +41,17 @@ for v in ${AB_ORDER:-A B B A}; do
   echo "== $n $v ${!envs:-} ${pp}"
   # shellcheck disable=SC2086
   (cd /tmp && env ${!envs:-} $pp timeout "${AB_LIMIT:-150}" python3 -m jax_muse_attn.bench \
-    --configs "$AB_CONFIGS" --modes on --no-flashinfer --budget-s "${AB_BUDGET:-60}" \
+    --configs "$AB_CONFIGS" --modes "${AB_MODES:-on}" --no-flashinfer --budget-s "${AB_BUDGET:-60}" \
     --name "ab${n}_$v" --out "$OUT/ab" >"/tmp/ab${n}_$v.log" 2>&1
    echo "  exit $?: $(grep -E "ALL CHECKS|FAIL|Error" "/tmp/ab${n}_$v.log" | tail -n 2 | tr '\n' ' ')")
   rm -f "$OUT/ab/ab${n}_$v.png"  # the device tool returns few files: the JSON and table only
-  python3 - "$OUT/ab/ab${n}_$v.json" "ab${n}_$v" <<'PY' 2>&1 | tail -n 2
+  python3 - "$OUT/ab/ab${n}_$v.json" "ab${n}_$v" <<'PY' 2>&1 | tail -n 3
 import json, sys
 d = json.load(open(sys.argv[1]))
-print("  " + sys.argv[2], "  ".join("%s %s" % (s["config"], "%.2f" % s["ours_dev_on_us"]
-      if isinstance(s.get("ours_dev_on_us"), (int, float)) else "-") for s in d["summary"]))
+for mode in ("on", "off"):
+    key = "ours_dev_%s_us" % mode
+    if any(isinstance(s.get(key), (int, float)) for s in d["summary"]):
+        print("  " + sys.argv[2], mode, "  ".join("%s %s" % (s["config"], "%.2f" % s[key]
+              if isinstance(s.get(key), (int, float)) else "-") for s in d["summary"]))
 PY
 done

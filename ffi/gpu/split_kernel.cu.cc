@@ -276,9 +276,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   constexpr int R = Warp::kRowsPerLane;
   constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage (kernel_bench knob)
 
-#if !defined(MUSE_ATTN_LATE_TRIGGER)  // a kernel_bench knob: the trigger after the tiles (below)
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
-#endif
   MUSE_TIMELINE(p, 0, 0);
   MUSE_TIMELINE_CLOCK(timeline_clock0);
   const SplitCta c = split_cta(p);
@@ -410,9 +408,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(Verif
   MUSE_TIMELINE(p, 0, 4);  // tiles done
   MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
 
-#if defined(MUSE_ATTN_LATE_TRIGGER)  // the merge's CTAs launch only as this grid's finish its tiles
-  grid_launch_dependents();  // (a CTA that returns early triggers by exiting)
-#endif
   write_partials(p, w, st, c.group, c.seg, row0);
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);

@@ -1,0 +1,32 @@
+"""The README's performance table from a bench JSON, with a previous run's device-clock column.
+
+    python scripts/readme_table.py benchmarks/results/h200.json benchmarks/results/h200_v25.json "version 25"
+"""
+import json
+import sys
+
+
+def label(s):
+    if s["window"]:
+        return f"SWA {s['window']} @ {s['L'] // 1024}k, R={s['R']}"
+    return f"full {s['L'] // 1024}k, R={s['R']}"
+
+
+def main(cur_path, prev_path, prev_name):
+    cur = {s["config"]: s for s in json.load(open(cur_path))["summary"]}
+    prev = {s["config"]: s for s in json.load(open(prev_path))["summary"]}
+    print(f"| config | KV MB | splits | ours µs (cmd buffers on / off) | ours on, device clock µs | GB/s "
+          f"| % of copy BW (host / device clock) | × FlashInfer hot (host / device clock) | FlashInfer hot µs "
+          f"| ours cold µs | FlashInfer cold µs | {prev_name}: ours on µs, device clock (× FI) |")
+    print("|---" * 12 + "|")
+    for name, s in cur.items():
+        p = prev.get(name)
+        pc = f"{p['ours_dev_on_us']:.1f} ({p['ratio_to_fi_hot_dev']:.2f})" if p else "-"
+        print(f"| {label(s)} | {s['kv_mb']:.1f} | {s['num_splits']} | {s['ours_on_us']:.1f} / {s['ours_off_us']:.1f} "
+              f"| {s['ours_dev_on_us']:.1f} | {s['ours_GBps']:.0f} | {s['pct_copy']:.0f} / {s['pct_copy_dev']:.0f} "
+              f"| {s['ratio_to_fi_hot']:.2f} / {s['ratio_to_fi_hot_dev']:.2f} | {s['fi_hot_us']:.1f} "
+              f"| {s['ours_cold_on_us']:.1f} | {s['fi_cold_us']:.1f} | {pc} |")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
