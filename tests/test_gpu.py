@@ -261,37 +261,43 @@ def test_four_tile_segments(window, splits, P):
                               "split_fill_ring", _fill_ring_kernel)
 
 
-def test_inputs_written_by_the_kernels_just_before():
-    """Every input of a call written by a kernel right before it in the same jit: q is the
-    previous call's output (as layers chain), and the cache, the block table and the lengths are
-    rewritten by fusions (a select, two xors) that XLA cannot fold. On sm_90+ the split kernel is
-    a programmatic dependent launch of the kernel before it on the stream (the launch plan's
-    split_pdl) and may start while that kernel runs: it must wait for its writes before it reads
-    anything. A read too early sees stale or half-written data: wrong rows against the oracle."""
+@pytest.mark.parametrize("num_splits", [None, 1], ids=["default_splits", "one_split"])
+def test_inputs_written_by_the_kernels_just_before(num_splits):
+    """A chain of calls whose every input is written by a kernel right before it in the same jit:
+    q by a fusion of the previous call's output (as layers chain), the cache, the block table,
+    the lengths and num_reqs (traced) by fusions (a select, xors) that XLA cannot fold. Every
+    launch that may start before the kernel ahead of it has finished (the merge after the split
+    kernel; the split kernel after the previous kernel where the launch plan's split_pdl is on)
+    must wait for that kernel's writes before it reads: a read too early sees stale data, wrong
+    rows against the oracle. Such a race is narrow, so this is a regression check of those
+    paths, not a proof. num_splits=1 makes segments of up to 32 tiles (the ping-pong kernel on
+    an H200)."""
     rng = np.random.default_rng(11)
     lens = [2048, 1500, 777, 64, 9, 2047, 300, 1025]
     c = make_case(rng, len(lens), lens, P=128, window=None, bad_live=0.1, num_reqs=len(lens) - 1)
     steps = 4
     mask = np.int32(0x5A5A5A5A)
     bt_in, sl_in = jnp.asarray(c.bt_np ^ mask), jnp.asarray(c.sl_np ^ mask)
+    nr_in = jnp.int32(c.num_reqs ^ int(mask))
     junk = jnp.full_like(c.kv, jnp.nan)
+    kw = {"num_splits": num_splits} if BACKEND == "ffi" and num_splits else {}
 
     @jax.jit
-    def chain(q, kv_a, kv_b, pick_a, bt_in, sl_in, mask, one):
+    def chain(q, kv_a, kv_b, pick_a, bt_in, sl_in, nr_in, mask, one):
         kv = jnp.where(pick_a, kv_a, kv_b)
-        bt, sl = bt_in ^ mask, sl_in ^ mask
-        outs, x = [], q * one
+        bt, sl, nr = bt_in ^ mask, sl_in ^ mask, nr_in ^ mask
+        qs, outs, x = [], [], q * one
         for _ in range(steps):
-            x = jax_muse_attn.verify_attention(x, kv, bt, sl, scale=c.scale, num_reqs=c.num_reqs,
-                                               backend=BACKEND, tokens_per_request=c.NQ)
-            outs.append(x)
-        return outs
+            qs.append(x)
+            out = jax_muse_attn.verify_attention(x, kv, bt, sl, scale=c.scale, num_reqs=nr,
+                                                 backend=BACKEND, tokens_per_request=c.NQ, **kw)
+            outs.append(out)
+            x = out + q * one  # the next call's q: a fusion of this output (no convergence)
+        return qs, outs
 
-    outs = chain(c.q, c.kv, junk, jnp.bool_(True), bt_in, sl_in, jnp.int32(mask),
-                 jnp.bfloat16(1.0))
-    q_np = c.q_np
-    for i, out in enumerate(outs):
-        ref = oracle.verify_attention(q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale,
+    qs, outs = chain(c.q, c.kv, junk, jnp.bool_(True), bt_in, sl_in, nr_in, jnp.int32(mask),
+                     jnp.bfloat16(1.0))
+    for i, (q_i, out) in enumerate(zip(qs, outs)):
+        ref = oracle.verify_attention(np.asarray(q_i), c.kv_np, c.bt_np, c.sl_np, scale=c.scale,
                                       num_reqs=c.num_reqs, tokens_per_request=c.NQ)
         assert_close(out, ref, q_shape=c.q.shape, what=f"call {i} of the chain")
-        q_np = np.asarray(out)  # the next call's q, as the kernel made it
