@@ -12,6 +12,11 @@ def label(s):
     return f"full {s['L'] // 1024}k, R={s['R']}"
 
 
+def fmt(v, spec):
+    """A figure, or "-" where the run has none (a skipped or failed config, a mode not run)."""
+    return format(v, spec) if isinstance(v, (int, float)) else "-"
+
+
 def main(cur_path, prev_path, prev_name):
     cur = {s["config"]: s for s in json.load(open(cur_path))["summary"]}
     prev = {s["config"]: s for s in json.load(open(prev_path))["summary"]}
@@ -20,12 +25,16 @@ def main(cur_path, prev_path, prev_name):
           f"| ours cold µs | FlashInfer cold µs | {prev_name}: ours on µs, device clock (× FI) |")
     print("|---" * 12 + "|")
     for name, s in cur.items():
-        p = prev.get(name)
-        pc = f"{p['ours_dev_on_us']:.1f} ({p['ratio_to_fi_hot_dev']:.2f})" if p else "-"
-        print(f"| {label(s)} | {s['kv_mb']:.1f} | {s['num_splits']} | {s['ours_on_us']:.1f} / {s['ours_off_us']:.1f} "
-              f"| {s['ours_dev_on_us']:.1f} | {s['ours_GBps']:.0f} | {s['pct_copy']:.0f} / {s['pct_copy_dev']:.0f} "
-              f"| {s['ratio_to_fi_hot']:.2f} / {s['ratio_to_fi_hot_dev']:.2f} | {s['fi_hot_us']:.1f} "
-              f"| {s['ours_cold_on_us']:.1f} | {s['fi_cold_us']:.1f} | {pc} |")
+        p = prev.get(name, {})
+        g = s.get
+        pc = f"{fmt(p.get('ours_dev_on_us'), '.1f')} ({fmt(p.get('ratio_to_fi_hot_dev'), '.2f')})"
+        print(f"| {label(s)} | {fmt(g('kv_mb'), '.1f')} | {g('num_splits', '-')} "
+              f"| {fmt(g('ours_on_us'), '.1f')} / {fmt(g('ours_off_us'), '.1f')} "
+              f"| {fmt(g('ours_dev_on_us'), '.1f')} | {fmt(g('ours_GBps'), '.0f')} "
+              f"| {fmt(g('pct_copy'), '.0f')} / {fmt(g('pct_copy_dev'), '.0f')} "
+              f"| {fmt(g('ratio_to_fi_hot'), '.2f')} / {fmt(g('ratio_to_fi_hot_dev'), '.2f')} "
+              f"| {fmt(g('fi_hot_us'), '.1f')} | {fmt(g('ours_cold_on_us'), '.1f')} "
+              f"| {fmt(g('fi_cold_us'), '.1f')} | {pc} |")
 
 
 if __name__ == "__main__":
