@@ -46,7 +46,7 @@ def run_ffi(q, kv, bt, sl, *, scale, window, num_reqs, tokens):
     shapes = _validate.check_inputs(q, kv, bt, sl, scale=scale, window=window,
                                     tokens_per_request=tokens)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
-    splits = attention.default_num_splits(shapes, "cpu")
+    splits = attention._default_num_splits(shapes, "cpu")
 
     def f(q, kv, bt, sl, nr):
         q3 = q.reshape(q.shape[0], shapes.num_q_heads, shapes.head_dim)

@@ -90,7 +90,7 @@ def pingpong_split_kernel(shapes: _validate.Shapes, platform: str) -> bool:
     return _ffi.compute_capability_major() == 9
 
 
-def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
+def _default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     """Segments a (request, KV head) group is cut into: static, from shapes and the device."""
     min_tiles = _MIN_TILES_PER_SEGMENT
     tiles = shapes.max_tiles
@@ -138,6 +138,26 @@ def default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     return splits
 
 
+def _static_shapes(q, kv_cache, block_table, window, tokens_per_request):
+    """The checked shapes of a call from q, kv_cache and block_table alone (seq_lens follows the
+    block table's rows), as verify_attention checks them."""
+    table_shape = tuple(getattr(block_table, "shape", ()))  # checked below, before seq_lens
+    seq_lens = jax.ShapeDtypeStruct(table_shape[:1] or (0,), jnp.int32)
+    return _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=1.0, window=window,
+                                  tokens_per_request=tokens_per_request)
+
+
+def default_num_splits(q, kv_cache, block_table, *, window=None, tokens_per_request=8) -> int:
+    """The split count ``verify_attention`` picks (``num_splits=None``) for a call of these shapes
+    on the current device: segments a (request, KV head) group is cut into, static, from the
+    shapes and the SM / CU count. Shapes only: arrays or ``jax.ShapeDtypeStruct`` as
+    ``verify_attention`` takes them (under tensor parallelism, one device's shard: its heads).
+    Pass it back as ``num_splits=`` to pin a count, e.g. to compare devices or builds."""
+    shapes = _static_shapes(q, kv_cache, block_table, window,
+                            tokens_per_request)
+    return _default_num_splits(shapes, _ffi.current_platform())
+
+
 def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, num_splits=None):
     """How the GPU handler launches a call of these shapes on the current device, for tests,
     benchmarks and debugging; nothing runs. Shapes only: arrays or ``jax.ShapeDtypeStruct`` as
@@ -157,16 +177,13 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
     RuntimeError on a platform with no GPU handler (the CPU handler has one plan).
     """
     _check_num_splits("launch_plan", num_splits)
-    table_shape = tuple(getattr(block_table, "shape", ()))  # checked below, before seq_lens
-    seq_lens = jax.ShapeDtypeStruct(table_shape[:1] or (0,), jnp.int32)
-    shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=1.0, window=window,
-                                    tokens_per_request=tokens_per_request)
+    shapes = _static_shapes(q, kv_cache, block_table, window, tokens_per_request)
     platform = _ffi.current_platform()
     if platform not in ("CUDA", "ROCM") or not _ffi.has_handler(platform):
         raise RuntimeError(f"launch_plan: no GPU handler for platform {platform!r} "
                            f"(handlers: {sorted(_ffi.REGISTERED)})")
     _check_gpu_groups("launch_plan", shapes)
-    splits = int(num_splits) if num_splits is not None else default_num_splits(shapes, platform)
+    splits = int(num_splits) if num_splits is not None else _default_num_splits(shapes, platform)
     return {"num_splits": splits, **_ffi.gpu_launch_plan(shapes, splits)}
 
 
@@ -268,7 +285,7 @@ def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num
     s = shapes  # global, or one shard's when partitioned
     if platform != "cpu":
         _check_gpu_groups("verify_attention", s)
-    splits = num_splits if num_splits is not None else default_num_splits(s, platform)
+    splits = num_splits if num_splits is not None else _default_num_splits(s, platform)
     q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
     out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,
                     num_splits=splits, num_reqs_static=num_reqs_static)

@@ -243,7 +243,7 @@ def jax_worker(args):
 
     import jax_muse_attn
     from jax_muse_attn import _ffi, _validate, reference
-    from jax_muse_attn.attention import default_num_splits, resolve_backend
+    from jax_muse_attn.attention import _default_num_splits, resolve_backend
 
     dev = jax.devices()[0]
     kind, platform = resolve_backend("auto")
@@ -360,7 +360,7 @@ def jax_worker(args):
             sl = jnp.full((cfg.R,), cfg.L, jnp.int32)
             w = cfg.window
             shapes = _validate.check_inputs(q, kv, bt, sl, scale=SCALE, window=w, tokens_per_request=NQ)
-            rec["num_splits"] = default_num_splits(shapes, platform)
+            rec["num_splits"] = _default_num_splits(shapes, platform)
             if gpu:  # which kernels the handler launches for it (ffi/gpu/launch_plan.h)
                 try:
                     rec["launch_plan"] = jax_muse_attn.launch_plan(q, kv, bt, window=w,

@@ -50,7 +50,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_muse_attn
-from jax_muse_attn import _ffi, _validate
+from jax_muse_attn import _ffi
 from jax_muse_attn.sharding import custom_call_q_shapes, hlo_collectives, tp_specs
 
 NQ, D, PAGE = 8, 64, 16
@@ -126,9 +126,8 @@ def splits_for(R, Hq, Hkv, context, window):
     pages = -(-context // PAGE)
     sds = jax.ShapeDtypeStruct
     q, kv = sds((NQ * R, Hq, D), jnp.bfloat16), sds((R * pages + 8, Hkv, PAGE, 2 * D), jnp.bfloat16)
-    bt, sl = sds((R, pages), jnp.int32), sds((R,), jnp.int32)
-    s = _validate.check_inputs(q, kv, bt, sl, scale=0.125, window=window, tokens_per_request=NQ)
-    return jax_muse_attn.default_num_splits(s, _ffi.current_platform())
+    bt = sds((R, pages), jnp.int32)
+    return jax_muse_attn.default_num_splits(q, kv, bt, window=window, tokens_per_request=NQ)
 
 
 def single_device_part(args, gpus):

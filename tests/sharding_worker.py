@@ -134,13 +134,13 @@ check("tp8_num_splits3_ffi")(functools.partial(tp_check, "ffi", 8, 128, 16, None
 @check("default_splits_from_local_shapes")
 def _():
     seen = []
-    orig = attention.default_num_splits
+    orig = attention._default_num_splits
 
     def spy(shapes, platform):
         seen.append((shapes.num_q_heads, shapes.num_kv_heads))
         return orig(shapes, platform)
 
-    attention.default_num_splits = spy
+    attention._default_num_splits = spy
     attention._ffi_jit.clear_cache()  # earlier checks may have compiled these shapes already
     try:
         q, kv, bt, sl = case(2, 128, 16)
@@ -154,7 +154,7 @@ def _():
                                                    specs.seq_lens, specs.num_reqs))
         bitwise(out, ref)
     finally:
-        attention.default_num_splits = orig
+        attention._default_num_splits = orig
     assert (128, 16) in seen and (16, 2) in seen, seen
     return str(sorted(set(seen)))
 

@@ -36,7 +36,7 @@ def test_bench_smoke(tmp_path):
     cfg = bench.parse_config("full1k-r1")
     shapes = _validate.Shapes(num_requests=cfg.R, tokens=8, num_q_heads=16, num_kv_heads=2,
                               head_dim=64, num_blocks=1, pages=cfg.L // 16, window=0, q_rank=3)
-    assert row["num_splits"] == attention.default_num_splits(shapes, _ffi.current_platform())
+    assert row["num_splits"] == attention._default_num_splits(shapes, _ffi.current_platform())
     header, _, first = (tmp_path / "smoke.md").read_text().split("\n")[2:5]
     cells = dict(zip([h.strip() for h in header.strip("|").split("|")],
                      [c.strip() for c in first.strip("|").split("|")]))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jax_muse_attn
-from jax_muse_attn import _ffi
+from jax_muse_attn import _ffi, attention
 from conftest import PAGE, assert_close, bits, check_case, make_case
 
 LONG_P = 320
@@ -104,8 +104,27 @@ def test_default_num_splits_is_valid():
 
     s = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                          num_blocks=100, pages=8192, window=0, q_rank=3)
-    n = jax_muse_attn.default_num_splits(s, _ffi.current_platform())
+    n = attention._default_num_splits(s, _ffi.current_platform())
     assert 1 <= n <= s.max_tiles
+    sds = jax.ShapeDtypeStruct  # the public form: the same count from shapes alone
+    assert jax_muse_attn.default_num_splits(
+        sds((32, 16, 64), jnp.bfloat16), sds((100, 2, 16, 128), jnp.bfloat16),
+        sds((4, 8192), jnp.int32)) == n
+
+
+@pytest.mark.parametrize("window", [None, 300], ids=["full", "swa300"])
+def test_default_num_splits_is_what_a_call_picks(rng, window):
+    """jax_muse_attn.default_num_splits on a call's arrays is the count verify_attention uses
+    with num_splits=None: pinning it gives the same bits (the split count changes the order in
+    which partial sums are added, so a different count would show: checked with another count)."""
+    c = make_case(rng, 3, [700, 64, 7], P=48, window=window)
+    n = jax_muse_attn.default_num_splits(c.q, c.kv, c.bt, window=window)
+    assert isinstance(n, int) and n >= 1
+    out = bits(c.run("ffi"))
+    np.testing.assert_array_equal(bits(c.run("ffi", num_splits=n)), out)
+    assert not np.array_equal(bits(c.run("ffi", num_splits=1 if n > 1 else 2)), out)
+    with pytest.raises(ValueError, match="kv_cache"):  # checked as verify_attention checks
+        jax_muse_attn.default_num_splits(c.q, c.kv[..., :5], c.bt, window=window)
 
 
 @pytest.mark.parametrize("backend_name", ["reference", "ffi"])

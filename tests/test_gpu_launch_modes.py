@@ -94,7 +94,7 @@ def test_split_count_sees_the_gpu_the_launch_plan_sees(monkeypatch):
         if re.search(r"\bH(100|200|800)\b", kind):
             assert major == 9, (kind, major)
             if _ffi.multiprocessor_count() == 132:  # H200 / H100 SXM: full 128k R=4 at 2 an SM
-                assert attention.default_num_splits(s, platform) == 33, kind
+                assert attention._default_num_splits(s, platform) == 33, kind
         assert attention.pingpong_split_kernel(s, platform) == (major == 9), (kind, major)
     else:
         assert not attention.pingpong_split_kernel(s, platform), (platform, kind)

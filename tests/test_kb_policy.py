@@ -1,5 +1,5 @@
 """benchmarks/kb_policy.h, kernel_bench's copy of the default split count, against
-jax_muse_attn.default_num_splits (D = 64, full attention, 16/2 heads, 8 tokens): compiled with the
+jax_muse_attn's split count (attention._default_num_splits; D = 64, full attention, 16/2 heads, 8 tokens): compiled with the
 host C++ compiler, both must agree over a grid of requests, SM counts and context lengths, so
 kernel_bench times the split counts the library picks."""
 
@@ -39,7 +39,7 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                              num_blocks=1, pages=pages, window=0, q_rank=3)
         cases.append(f"{s.groups} {sms} {s.max_tiles} {int(major == 9)}")
-        want.append(attention.default_num_splits(s, "CUDA"))  # XLA's name, as _ffi gives it
+        want.append(attention._default_num_splits(s, "CUDA"))  # XLA's name, as _ffi gives it
     got = subprocess.run([policy_bin], input="\n".join(cases) + "\n", capture_output=True,
                          text=True, check=True).stdout.split()
     assert len(got) == len(want)
@@ -70,7 +70,7 @@ def test_split_count_is_the_longest_requests_segments(monkeypatch):
         monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda sms=sms: sms)
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=8 * hkv, num_kv_heads=hkv,
                              head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
-        n = attention.default_num_splits(s, "cuda")
+        n = attention._default_num_splits(s, "cuda")
         assert 1 <= n <= max(1, s.max_tiles)
         assert _segments(s.max_tiles, n) == n, (sms, R, pages, window, hkv, n, s.max_tiles)
         checked += 1
@@ -88,7 +88,7 @@ def test_short_segments_past_two_ctas_an_sm_only_when_two_would_load_an_sm_more(
         monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda sms=sms: sms)
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
                              head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
-        n, tiles, groups = attention.default_num_splits(s, "cuda"), s.max_tiles, 2 * R
+        n, tiles, groups = attention._default_num_splits(s, "cuda"), s.max_tiles, 2 * R
         per_segment = -(-tiles // n)
         if per_segment >= 4:
             continue
@@ -112,7 +112,7 @@ def test_swa_r8_and_full_2k_r16_fill_two_ctas_an_sm_on_an_h200(monkeypatch):
     for R, pages, window, want in [(8, 2048, 2048, 12), (16, 128, 0, 8), (16, 2048, 2048, 12)]:
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
                              head_dim=64, num_blocks=1, pages=pages, window=window, q_rank=3)
-        assert attention.default_num_splits(s, "cuda") == want, (R, pages, window)
+        assert attention._default_num_splits(s, "cuda") == want, (R, pages, window)
 
 
 @pytest.mark.parametrize("major", [8, 9])
@@ -131,19 +131,19 @@ def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch, 
                            (8, 8192, 16 if pp else 24), (16, 2048, 8 if pp else 12), (16, 8192, 12)]:
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
                              head_dim=64, num_blocks=1, pages=pages, window=0, q_rank=3)
-        assert attention.default_num_splits(s, "cuda") == want, (R, pages)
+        assert attention._default_num_splits(s, "cuda") == want, (R, pages)
     # MUSE_ATTN_PINGPONG forces the rule as it forces the kernel (ffi/gpu/launch_plan.h); other
     # platforms and head sizes never use it.
     s = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                          num_blocks=1, pages=8192, window=0, q_rank=3)
     monkeypatch.setenv("MUSE_ATTN_PINGPONG", "0")
-    assert attention.default_num_splits(s, "cuda") == 49
+    assert attention._default_num_splits(s, "cuda") == 49
     monkeypatch.setenv("MUSE_ATTN_PINGPONG", "1")
-    assert attention.default_num_splits(s, "cuda") == 33
+    assert attention._default_num_splits(s, "cuda") == 33
     assert not attention.pingpong_split_kernel(s, "ROCM")
     monkeypatch.delenv("MUSE_ATTN_PINGPONG")
     assert attention.pingpong_split_kernel(s, "CUDA") == pp  # XLA's platform name
-    assert attention.default_num_splits(s, "CUDA") == (33 if pp else 49)
+    assert attention._default_num_splits(s, "CUDA") == (33 if pp else 49)
     s128 = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2,
                             head_dim=128, num_blocks=1, pages=8192, window=0, q_rank=3)
     assert not attention.pingpong_split_kernel(s128, "cuda")

@@ -85,7 +85,7 @@ def _configs():
 
 def _plans(plan_bin, monkeypatch, sms=132, major=9, **overrides):
     """{name-dD: plan} for every config at D = 64 and 128, the split count as verify_attention
-    picks it on that device (jax_muse_attn.default_num_splits), the plan from the C++ query."""
+    picks it on that device (attention._default_num_splits), the plan from the C++ query."""
     monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda: sms)
     monkeypatch.setattr(attention._ffi, "compute_capability_major", lambda: major)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MUSE_ATTN_")}
@@ -99,7 +99,7 @@ def _plans(plan_bin, monkeypatch, sms=132, major=9, **overrides):
             s = _validate.Shapes(num_requests=c.R, tokens=bench.NQ, num_q_heads=bench.H_Q,
                                  num_kv_heads=bench.H_KV, head_dim=d, num_blocks=c.blocks,
                                  pages=c.pages, window=c.window or 0, q_rank=3)
-            splits = attention.default_num_splits(s, "CUDA")
+            splits = attention._default_num_splits(s, "CUDA")
             names.append((c, d, splits))
             lines.append(f"{d} {bench.NQ} {bench.H_Q} {bench.H_KV} {c.R} {c.pages} "
                          f"{c.window or 0} {splits}\n")
