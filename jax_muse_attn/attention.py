@@ -153,8 +153,7 @@ def default_num_splits(q, kv_cache, block_table, *, window=None, tokens_per_requ
     shapes and the SM / CU count. Shapes only: arrays or ``jax.ShapeDtypeStruct`` as
     ``verify_attention`` takes them (under tensor parallelism, one device's shard: its heads).
     Pass it back as ``num_splits=`` to pin a count, e.g. to compare devices or builds."""
-    shapes = _static_shapes(q, kv_cache, block_table, window,
-                            tokens_per_request)
+    shapes = _static_shapes(q, kv_cache, block_table, window, tokens_per_request)
     return _default_num_splits(shapes, _ffi.current_platform())
 
 
