@@ -128,12 +128,8 @@ def hip_chains():
     return gcc.find_hip_toolchains()
 
 
-def _nvcc():
-    return gcc.find_nvcc()
-
-
 def _require_nvcc():
-    if not _nvcc():
+    if not gcc.find_nvcc():
         pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): CUDA compile check not run")
 
 
@@ -237,8 +233,8 @@ def test_kernel_bench_builds(flags, tmp_path):
     """benchmarks/kernel_bench.cu (the kernels alone, and with timeline stamps) still builds."""
     _require_nvcc()
     out = tmp_path / "kb"
-    cmd = [_nvcc(), "-O1", "-std=c++17", "-arch=sm_90", "-I", os.path.join(ROOT, "ffi"), *flags,
-           "-o", str(out), "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
+    cmd = [gcc.find_nvcc(), "-O1", "-std=c++17", "-arch=sm_90", "-I", os.path.join(ROOT, "ffi"),
+           *flags, "-o", str(out), "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
            os.path.join(ROOT, "ffi", "gpu", "split_kernel.cu.cc"),
            os.path.join(ROOT, "ffi", "gpu", "merge_kernel.cu.cc")]
     r = subprocess.run(cmd, capture_output=True, text=True)
@@ -249,7 +245,7 @@ def test_kernel_bench_builds(flags, tmp_path):
 def test_latency_probe_builds(tmp_path):
     _require_nvcc()
     out = tmp_path / "lp"
-    r = subprocess.run([_nvcc(), "-O1", "-arch=sm_90", "-o", str(out),
+    r = subprocess.run([gcc.find_nvcc(), "-O1", "-arch=sm_90", "-o", str(out),
                         os.path.join(ROOT, "benchmarks", "latency_probe.cu")],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
@@ -344,8 +340,8 @@ def test_merge_warps_a_row(tmp_path):
     _require_nvcc()
     src, exe = tmp_path / "mw.cu", tmp_path / "mw"
     src.write_text(MERGE_WARPS_HARNESS)
-    r = subprocess.run([_nvcc(), "-std=c++17", "-I", os.path.join(ROOT, "ffi"), "-o", str(exe),
-                        str(src)], capture_output=True, text=True)
+    r = subprocess.run([gcc.find_nvcc(), "-std=c++17", "-I", os.path.join(ROOT, "ffi"), "-o",
+                        str(exe), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     cases = [(s, g, rows, sms) for s in (1, 8, 16, 17, 32, 34, 64, 128, 300)
              for g in (1, 2, 4, 8, 32) for rows in (8, 64, 128) for sms in (0, 78, 132)]

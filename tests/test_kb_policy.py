@@ -1,7 +1,7 @@
 """benchmarks/kb_policy.h, kernel_bench's copy of the default split count, against
-jax_muse_attn's split count (attention._default_num_splits; D = 64, full attention, 16/2 heads, 8 tokens): compiled with the
-host C++ compiler, both must agree over a grid of requests, SM counts and context lengths, so
-kernel_bench times the split counts the library picks."""
+jax_muse_attn's (attention._default_num_splits; D = 64, full attention, 16/2 heads, 8 tokens):
+compiled with the host C++ compiler, both must agree over a grid of requests, SM counts and
+context lengths, so kernel_bench times the split counts the library picks."""
 
 import itertools
 import subprocess
