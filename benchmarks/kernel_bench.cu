@@ -272,7 +272,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     }
   }
   {  // SM cycles (exact, against the ~0.26 us ticks above): the split's first tile to its last
-     // tile done (stamps 10 -> 11), the merge from its release (stamps 4 / 5 / 6)
+     // tile done (stamps 10 -> 11), the merge from its release (stamps 7 / 4 / 5 / 6)
     auto cycles = [&](int base, int e, int from) {
       std::vector<double> v;
       for (int c = 0; c < kTimelineMergeBase; ++c) {
@@ -289,6 +289,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
                   v.front(), v[v.size() / 2], v.back(), v[v.size() / 2] / ghz * 1e-3);
     };
     show("split tile0 in -> tiles done", cycles(0, 11, 10));
+    show("merge release -> first loads landed", cycles(kTimelineMergeBase, 7, -1));  // one lane a segment only
     show("merge release -> own segments in", cycles(kTimelineMergeBase, 4, -1));
     show("merge release -> row folded", cycles(kTimelineMergeBase, 5, -1));
     show("merge release -> row written", cycles(kTimelineMergeBase, 6, -1));

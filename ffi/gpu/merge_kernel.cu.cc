@@ -154,13 +154,21 @@ __device__ RowFold<E> fold_every_lane(const WarpSegments& s) {
   return f;
 }
 
+// A hook that does nothing (fold_by_lane's on_loaded outside the timeline build).
+struct NoHook {
+  template <typename... T>
+  __device__ void operator()(const T&...) const {}
+};
+
 // The warp's segments (n_mine of them) folded, B at a time: lane j < B loads the (m, l) of the
 // batch's j-th segment (one load a lane, not one a segment on every lane) and computes its
 // weight; every lane loads its share of each segment's o row, and a segment's weight reaches the
 // lanes by a shuffle. l is kept a lane's share at a time (its own segments') and summed over the
 // warp once, after the loop.
-template <int E, int W>
-__device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
+// on_loaded(ml, o) is called once, right after the first batch's loads are issued: nothing,
+// but in the timeline build (merge_kernel), which stamps when they have all landed.
+template <int E, int W, typename OnLoaded = NoHook>
+__device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane, OnLoaded on_loaded = {}) {
   constexpr int B = kMergeBatch;
   static_assert(B <= kWarpSize, "a lane a segment of the batch");
   const int n_mine = s.nseg > s.wr ? (s.nseg - s.wr + W - 1) / W : 0;  // the same on every lane
@@ -181,6 +189,7 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
         for (int b = c; b < c + kChunk; ++b) o[b] = b < n ? Lane<E>::load(o_next + b * o_step) : Lane<E>{};
       }
     }
+    if (b0 == 0) on_loaded(ml, o);
     ml_next += int64_t{B} * W * s.ml_seg;
     o_next += B * o_step;
     const float mb = fmaxf(f.m, warp_max(ml.x));
@@ -276,7 +285,19 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   const WarpSegments segs{o_src, ml_src, o_seg, ml_seg, nseg, wr};
   RowFold<E> f;
   if constexpr (kByLane) {
+#if defined(MUSE_ATTN_TIMELINE)
+    // Stamp 7: the first batch's loads landed (a use of every one of them, then the cycles; so in
+    // this build the fold starts only once all of them are in).
+    f = fold_by_lane<E, W>(segs, lane, [&](const float2& ml, const Lane<E>(&o)[kMergeBatch]) {
+      uint32_t sink = __float_as_uint(ml.x) ^ __float_as_uint(ml.y);
+#pragma unroll
+      for (int b = 0; b < kMergeBatch; ++b) sink ^= o[b].bits[0];
+      asm volatile("" ::"r"(sink));
+      MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 7, timeline_released);
+    });
+#else
     f = fold_by_lane<E, W>(segs, lane);
+#endif
   } else {
     f = fold_every_lane<E, W>(segs);
   }
