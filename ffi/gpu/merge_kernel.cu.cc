@@ -286,13 +286,17 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   RowFold<E> f;
   if constexpr (kByLane) {
 #if defined(MUSE_ATTN_TIMELINE)
-    // Stamp 7: the first batch's loads landed (a use of every one of them, then the cycles; so in
-    // this build the fold starts only once all of them are in).
+    // Stamp 7: the first batch's loads landed (a branch on all of them, then the cycles; so in
+    // this build the fold starts only once all of them are in). An empty asm taking the value
+    // emits no instruction, and ptxas then dropped the loads' use: session 28's first form
+    // stamped when the loads were issued.
     f = fold_by_lane<E, W>(segs, lane, [&](const float2& ml, const Lane<E>(&o)[kMergeBatch]) {
       uint32_t sink = __float_as_uint(ml.x) ^ __float_as_uint(ml.y);
 #pragma unroll
       for (int b = 0; b < kMergeBatch; ++b) sink ^= o[b].bits[0];
-      asm volatile("" ::"r"(sink));
+      // A harmless volatile instruction on a condition of every load (thread 0's: its stamp) keeps
+      // the clock read below behind them.
+      if (threadIdx.x == 0 && sink == 0x7fc00001u) asm volatile("nanosleep.u32 0;");
       MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 7, timeline_released);
     });
 #else

@@ -4,7 +4,8 @@
 // benchmarks/experiments/split_pdl.patch needs to act through JAX), and what does it save?
 //
 // One kernel, y = x + 1 over n floats, its first instruction griddepcontrol.wait (a no-op for a
-// plain launch). Three FFI targets over it (probe.py registers them):
+// plain launch). Two FFI handler sets over it (probe.py registers them as two targets and calls
+// the second with uses_pdl 0 and 1):
 //   ProbeExecute: the execute stage only; XLA traces it into a child graph (as the product does).
 //   ProbeRecord:  execute + record; the record stage creates / updates one launch command through
 //                 the record extension, `uses_pdl` from the attribute of the same name.
@@ -34,12 +35,15 @@ namespace {
 
 std::string g_cubin;  // the kernel's binary for the record stage (probe_set_cubin)
 int64_t g_creates = 0, g_updates = 0;  // record-stage calls (probe_record_calls)
+int64_t g_executes = 0;  // execute-stage calls (probe_record_calls(2)): one a capture under
+                         // command buffers, one a step without
 constexpr int kThreads = 128;
 
 int32_t blocks_for(int64_t n) { return static_cast<int32_t>((n + kThreads - 1) / kThreads); }
 
 ffi::Error execute(cudaStream_t stream, ffi::Buffer<ffi::F32> x, ffi::ResultBuffer<ffi::F32> y,
                    int32_t /*uses_pdl: the record stage's*/) {
+  ++g_executes;
   const int32_t n = static_cast<int32_t>(x.element_count());
   probe_add<<<blocks_for(n), kThreads, 0, stream>>>(x.typed_data(), y->typed_data(), n);
   cudaError_t err = cudaGetLastError();
@@ -125,5 +129,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ProbeRecord, record,
                               {ffi::Traits::kCmdBufferCompatible});
 
 extern "C" void probe_set_cubin(const char* data, int64_t size) { g_cubin.assign(data, size); }
-extern "C" int64_t probe_record_calls(int32_t which) { return which ? g_updates : g_creates; }
+// 0: record creates, 1: record updates, 2: execute calls.
+extern "C" int64_t probe_record_calls(int32_t which) {
+  return which == 0 ? g_creates : which == 1 ? g_updates : g_executes;
+}
 #endif  // PROBE_KERNEL_ONLY

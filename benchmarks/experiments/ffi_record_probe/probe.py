@@ -1,6 +1,8 @@
 """Probe of XLA's FFI record stage (see probe.cu): builds the probe, registers an execute-only
 target and an execute + record target, runs a jitted chain fusion -> probe -> fusion -> ... with
-command buffers on, checks every result, and prints the per-step time of each variant:
+command buffers on (or off), checks every result, and prints the per-step time of each variant and
+how often its handlers ran (execute calls far below the steps run: the call was captured into a
+command buffer):
   exec        execute only (traced into a child graph, as the product's handler is now)
   rec_pdl0    the record stage, create_launch(uses_pdl=0)
   rec_pdl1    the record stage, create_launch(uses_pdl=1)
@@ -69,7 +71,7 @@ res = {}
 for name, (target, pdl) in targets.items():
     try:
         f = make(target, pdl, args.steps)
-        c0, u0 = lib.probe_record_calls(0), lib.probe_record_calls(1)
+        c0, u0, e0 = lib.probe_record_calls(0), lib.probe_record_calls(1), lib.probe_record_calls(2)
         got = np.asarray(f(x0, s))
         ok = np.allclose(got, want, rtol=1e-5, atol=1e-5)
         ts = []
@@ -80,7 +82,8 @@ for name, (target, pdl) in targets.items():
         per = float(np.median(ts[5:])) / args.steps * 1e6
         res[name] = per
         print(f"{name:9s} check {'ok' if ok and ok2 else 'WRONG'}  per step {per:7.3f} us (median of 35, {args.steps} steps)"
-              f"  record creates {lib.probe_record_calls(0) - c0} updates {lib.probe_record_calls(1) - u0}", flush=True)
+              f"  record creates {lib.probe_record_calls(0) - c0} updates {lib.probe_record_calls(1) - u0}"
+              f"  execute calls {lib.probe_record_calls(2) - e0} (of {42 * args.steps} steps run)", flush=True)
     except Exception as e:  # noqa: BLE001
         print(f"{name:9s} FAILED {type(e).__name__}: {str(e)[:600]}", flush=True)
 # again, interleaved, for the spread
