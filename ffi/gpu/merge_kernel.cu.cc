@@ -285,7 +285,7 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   const WarpSegments segs{o_src, ml_src, o_seg, ml_seg, nseg, wr};
   RowFold<E> f;
   if constexpr (kByLane) {
-#if defined(MUSE_ATTN_TIMELINE)
+#if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)  // (timeline.h: NVIDIA only)
     // Stamp 7: the first batch's loads landed (a branch on all of them, then the cycles; so in
     // this build the fold starts only once all of them are in). An empty asm taking the value
     // emits no instruction, and ptxas then dropped the loads' use: session 28's first form
