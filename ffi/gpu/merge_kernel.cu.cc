@@ -40,8 +40,9 @@ namespace {
 // early as a programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread
 // CTAs could not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512
 // threads. Segments a warp loads at a time: kMergeBatch (its share of each o row: 1 register a
-// segment at D = 64 on NVIDIA, 2 at D = 128; one (m, l) a lane), in chunks of 4 that are skipped
-// whole past the row's segments.
+// segment at D = 64 on NVIDIA, 2 at D = 128; one (m, l) a lane). Where a warp has at most that
+// many (fold_by_lane's one batch) the slots past its segments are predicated off; in the loops
+// past it (and in fold_every_lane) they are chunks of 4 skipped whole.
 //
 // The two ways a warp weighs its segments (benchmarks/NOTES.md versions 18 and 19): by one lane a
 // segment takes ~200 instructions a warp after the PDL wait at 8 segments, against ~480 by every
@@ -160,11 +161,59 @@ struct NoHook {
   __device__ void operator()(const T&...) const {}
 };
 
-// The warp's segments (n_mine of them) folded, B at a time: lane j < B loads the (m, l) of the
-// batch's j-th segment (one load a lane, not one a segment on every lane) and computes its
-// weight; every lane loads its share of each segment's o row, and a segment's weight reaches the
-// lanes by a shuffle. l is kept a lane's share at a time (its own segments') and summed over the
-// warp once, after the loop.
+// A warp's n <= NB segments in one batch, straight-line: lane j < n loads the (m, l) of segment
+// j and computes its weight; every lane loads its share of all n o rows at once (the slots past n
+// predicated off, left zero: no branch, so the l sum's butterfly runs beside the o fold), and the
+// fold keeps two accumulators a lane position (even / odd segments) to halve its chain of
+// dependent FMAs. A batch whose segments are all empty (or n = 0) is folded too: every weight is
+// 0 and the split stores an empty segment's o as its zero accumulator, so the result is the
+// empty state. ml_ptr: the lane's segment's (m, l); o_ptr: the first segment's o at the lane's
+// positions, o_step one segment of the warp further. on_loaded(ml, o): fold_by_lane's hook.
+// Against the chunked batch loop below, which every warp ran until version 29 (benchmarks/NOTES.md
+// version 29, kernels alone, H200, graph, two rounds, us): SWA 32k R = 1-16 0.10-0.34 faster (R=1
+// 4.24 -> 4.04, R=8 7.55 -> 7.21), full 2k R=1 4.36 -> 4.14, R=8 6.47 -> 6.11, R=16 8.65 ->
+// 8.27, 8k R=2 6.51 -> 6.27, R=4 8.46 -> 8.12, 32k R=1 8.59 -> 8.34; nowhere slower. 16 slots
+// at n <= 8 too (the loads past n predicated off) was 0.06-0.15 slower at full 2k R = 1, 2, 4,
+// 16 and 8k R = 1-2 (8k R=1 5.30 against 5.21), 0.05-0.12 faster at SWA R = 2-4 (R=4 5.13 against
+// 5.25), within 0.03 elsewhere.
+template <int E, int NB, typename OnLoaded>
+__device__ __forceinline__ RowFold<E> fold_one_batch(const float* ml_ptr, const uint16_t* o_ptr,
+                                                      int64_t o_step, int lane, int n,
+                                                      OnLoaded on_loaded) {
+  static_assert(NB <= kWarpSize && NB % 2 == 0, "a lane a segment; segments in pairs");
+  const float2 ml = lane < n ? *reinterpret_cast<const float2*>(ml_ptr) : make_float2(neg_inf(), 0.0f);
+  Lane<E> o[NB];
+#pragma unroll
+  for (int b = 0; b < NB; ++b) o[b] = b < n ? Lane<E>::load(o_ptr + b * o_step) : Lane<E>{};
+  on_loaded(ml, o);
+  const float mb = warp_max(ml.x);            // -inf when no segment saw a key
+  const float wj = rescale_weight(ml.x, mb);  // 0 on lanes past n and for empty segments
+  RowFold<E> f;
+  float odd[E] = {};
+#pragma unroll
+  for (int b = 0; b < NB; b += 2) {
+    const float w0 = shfl_from(wj, b), w1 = shfl_from(wj, b + 1);
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      f.acc[e] = fmaf(w0, o[b].at(e), f.acc[e]);
+      odd[e] = fmaf(w1, o[b + 1].at(e), odd[e]);
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) f.acc[e] += odd[e];
+  f.m = mb;
+  f.l = xor_reduce<1, kLaneBits>(wj * ml.y, add_op);
+  return f;
+}
+
+// The warp's segments (n_mine of them) folded: lane j loads the (m, l) of the batch's j-th
+// segment (one load a lane, not one a segment on every lane) and computes its weight; every lane
+// loads its share of each segment's o row, and a segment's weight reaches the lanes by a shuffle.
+// Up to kMergeBatch segments a warp (always, where the launch plan picks this fold: launch_plan.h
+// merge_weights_by_lane) they are one batch (fold_one_batch; 8 slots when n_mine <= 8). Past it
+// (MUSE_ATTN_MERGE_BY_LANE=1 forcing this fold) batches of B, their chunks of loads past the
+// batch's segments skipped whole; l is kept a lane's share at a time (its own segments') and
+// summed over the warp once, after the loop.
 // on_loaded(ml, o) is called once, right after the first batch's loads are issued: nothing,
 // but in the timeline build (merge_kernel), which stamps when they have all landed.
 template <int E, int W, typename OnLoaded = NoHook>
@@ -175,6 +224,8 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane, OnLoaded on_
   const int64_t o_step = W * s.o_seg;                                   // a segment of the warp further
   const uint16_t* o_next = s.o + s.wr * s.o_seg;
   const float* ml_next = s.ml + (s.wr + int64_t{lane} * W) * s.ml_seg;
+  if (n_mine <= 8) return fold_one_batch<E, 8>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
+  if (n_mine <= B) return fold_one_batch<E, B>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
   RowFold<E> f;
   float l_lane = 0.0f;
 #pragma unroll 1  // one batch of loads in flight at a time
@@ -290,10 +341,10 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
     // this build the fold starts only once all of them are in). An empty asm taking the value
     // emits no instruction, and ptxas then dropped the loads' use: session 28's first form
     // stamped when the loads were issued.
-    f = fold_by_lane<E, W>(segs, lane, [&](const float2& ml, const Lane<E>(&o)[kMergeBatch]) {
+    f = fold_by_lane<E, W>(segs, lane, [&](const float2& ml, const auto& o) {  // o: Lane<E>[slots]
       uint32_t sink = __float_as_uint(ml.x) ^ __float_as_uint(ml.y);
 #pragma unroll
-      for (int b = 0; b < kMergeBatch; ++b) sink ^= o[b].bits[0];
+      for (const auto& x : o) sink ^= x.bits[0];
       // A harmless volatile instruction on a condition of every load (thread 0's: its stamp) keeps
       // the clock read below behind them.
       if (threadIdx.x == 0 && sink == 0x7fc00001u) asm volatile("nanosleep.u32 0;");
