@@ -11,7 +11,8 @@
 // before any of them is folded, and a batch is folded with one rescale (the batch's max first).
 // The W warps' states then meet in shared memory and the row's first warp writes it. Rows that
 // saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
-// whole output is defined whatever the split wrote.
+// whole output is defined: their segments weigh 0, and the split stores an empty segment's o as
+// its zero accumulator (fold_one_batch multiplies it by 0, where the chunked loops skip it).
 //
 // (Until version 10 a row's d-quads were the unit, with 1-32 lanes of one warp sharing a quad's
 // segments: each lane's 16-byte reads hit a different segment, half of every 32-byte sector
@@ -170,12 +171,12 @@ struct NoHook {
 // empty state. ml_ptr: the lane's segment's (m, l); o_ptr: the first segment's o at the lane's
 // positions, o_step one segment of the warp further. on_loaded(ml, o): fold_by_lane's hook.
 // Against the chunked batch loop below, which every warp ran until version 29 (benchmarks/NOTES.md
-// version 29, kernels alone, H200, graph, two rounds, us): SWA 32k R = 1-16 0.10-0.34 faster (R=1
+// version 29, kernels alone, H200, graph, two rounds, us): SWA 32k R = 1-16 0.09-0.35 faster (R=1
 // 4.24 -> 4.04, R=8 7.55 -> 7.21), full 2k R=1 4.36 -> 4.14, R=8 6.47 -> 6.11, R=16 8.65 ->
 // 8.27, 8k R=2 6.51 -> 6.27, R=4 8.46 -> 8.12, 32k R=1 8.59 -> 8.34; nowhere slower. 16 slots
 // at n <= 8 too (the loads past n predicated off) was 0.06-0.15 slower at full 2k R = 1, 2, 4,
 // 16 and 8k R = 1-2 (8k R=1 5.30 against 5.21), 0.05-0.12 faster at SWA R = 2-4 (R=4 5.13 against
-// 5.25), within 0.03 elsewhere.
+// 5.25), within 0.04 at the other latency-bound configs (0.54 slower at 128k R=4 in that call).
 template <int E, int NB, typename OnLoaded>
 __device__ __forceinline__ RowFold<E> fold_one_batch(const float* ml_ptr, const uint16_t* o_ptr,
                                                       int64_t o_step, int lane, int n,
@@ -209,8 +210,9 @@ __device__ __forceinline__ RowFold<E> fold_one_batch(const float* ml_ptr, const 
 // The warp's segments (n_mine of them) folded: lane j loads the (m, l) of the batch's j-th
 // segment (one load a lane, not one a segment on every lane) and computes its weight; every lane
 // loads its share of each segment's o row, and a segment's weight reaches the lanes by a shuffle.
-// Up to kMergeBatch segments a warp (always, where the launch plan picks this fold: launch_plan.h
-// merge_weights_by_lane) they are one batch (fold_one_batch; 8 slots when n_mine <= 8). Past it
+// Up to kMergeBatch segments a warp (always, where the launch plan picks this fold, while
+// kMergeByLaneSegments <= kMergeBatch as by default: launch_plan.h merge_weights_by_lane) they
+// are one batch (fold_one_batch; half its slots when n_mine fits them). Past it
 // (MUSE_ATTN_MERGE_BY_LANE=1 forcing this fold) batches of B, their chunks of loads past the
 // batch's segments skipped whole; l is kept a lane's share at a time (its own segments') and
 // summed over the warp once, after the loop.
@@ -224,7 +226,7 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane, OnLoaded on_
   const int64_t o_step = W * s.o_seg;                                   // a segment of the warp further
   const uint16_t* o_next = s.o + s.wr * s.o_seg;
   const float* ml_next = s.ml + (s.wr + int64_t{lane} * W) * s.ml_seg;
-  if (n_mine <= 8) return fold_one_batch<E, 8>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
+  if (n_mine <= B / 2) return fold_one_batch<E, B / 2>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
   if (n_mine <= B) return fold_one_batch<E, B>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
   RowFold<E> f;
   float l_lane = 0.0f;
