@@ -333,10 +333,11 @@ int main() {
 
 
 def test_merge_warps_a_row(tmp_path):
-    """launch_plan.h merge_warps_for (the merge's warps a row, host side, NVIDIA): a power of 2 up
-    to 8 that loads every segment in one batch of 16 where 8 warps can; more warps than that only
-    while a warp still folds more than 9 segments and the merge's CTAs (8 / W rows each) stay one
-    an SM (benchmarks/NOTES.md version 12)."""
+    """launch_plan.h merge_warps_for (the merge's warps a row, host side, NVIDIA): one warp up to
+    16 segments (one batch, no meet of warps); past that a power of 2 up to 8 that loads every
+    segment in one batch of 16 where 8 warps can; more warps than that only while a warp still
+    folds more than 9 segments and the merge's CTAs (8 / W rows each) stay one an SM
+    (benchmarks/NOTES.md versions 12 and 30)."""
     _require_nvcc()
     src, exe = tmp_path / "mw.cu", tmp_path / "mw"
     src.write_text(MERGE_WARPS_HARNESS)
@@ -361,12 +362,15 @@ def test_merge_warps_a_row(tmp_path):
         if w > fewest:
             widened += 1
             assert ctas(w, g, rows) <= sms and (w // 2) * 9 < s, (s, g, rows, sms, w)
-        if w < 8 and w * 9 < s:  # not widened further: the next width would not fit one an SM
+        if s <= 16:
+            assert w == 1, (s, g, rows, sms, w)
+        elif w < 8 and w * 9 < s:  # not widened further: the next width would not fit one an SM
             assert ctas(2 * w, g, rows) > sms, (s, g, rows, sms, w)
     assert widened > 10
     # The configurations measured (H200, 132 SMs; 2 KV heads, 64 rows a group): (splits, groups)
-    # -> warps. SWA R=1, full 2k R=1, 8k R=1, 8k R=2, SWA R=2, 8k R=4, SWA R=8.
-    want = {(34, 2): 4, (32, 2): 4, (64, 2): 8, (64, 4): 4, (17, 4): 2, (32, 8): 2, (12, 16): 1}
+    # -> warps. SWA R=1, full 2k R=1, 8k R=1, 8k R=2, SWA R=2, 8k R=4, SWA R=8, full 2k R=2, R=4.
+    want = {(34, 2): 4, (32, 2): 4, (64, 2): 8, (64, 4): 4, (17, 4): 2, (32, 8): 2, (12, 16): 1,
+            (16, 4): 1, (16, 8): 1}
     got = subprocess.run([str(exe)], input="".join(f"{s} {g} 64 132\n" for s, g in want),
                          capture_output=True, text=True, check=True).stdout.split()
     assert dict(zip(want, map(int, got))) == want
