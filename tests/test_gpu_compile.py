@@ -344,7 +344,7 @@ def test_merge_warps_a_row(tmp_path):
     r = subprocess.run([gcc.find_nvcc(), "-std=c++17", "-I", os.path.join(ROOT, "ffi"), "-o",
                         str(exe), str(src)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
-    cases = [(s, g, rows, sms) for s in (1, 8, 16, 17, 32, 34, 64, 128, 300)
+    cases = [(s, g, rows, sms) for s in (1, 8, 9, 10, 12, 16, 17, 32, 34, 64, 128, 300)
              for g in (1, 2, 4, 8, 32) for rows in (8, 64, 128) for sms in (0, 78, 132)]
     out = subprocess.run([str(exe)], input="".join(f"{' '.join(map(str, c))}\n" for c in cases),
                          capture_output=True, text=True, check=True).stdout.split()

@@ -137,9 +137,9 @@ inline dim3 merge_grid(const VerifyParams& p, int warps) {
 // would still fold more than kMergeWarpSegments and the merge's CTAs stay within one an SM (as a
 // programmatic dependent they start beside the split CTAs; a second wave of them waits). One warp
 // at 10-16 segments (version 30, kernels alone, H200, graph, two rounds, us, 2 warps / 1): full
-// 2k R=3 4.75 / 4.57, R=4 5.19-5.20 / 5.02, R=2 4.48 / 4.44-4.45, R=1 at 16 splits 4.25 / 4.19-4.20,
+// 2k R=3 4.75 / 4.57-4.58, R=4 5.19-5.20 / 5.02, R=2 4.48 / 4.44-4.45, R=1 at 16 splits 4.25 / 4.19-4.20,
 // 1k R=1 4.08 / 4.01-4.02, R=2 4.14-4.15 / 4.10-4.11 (with version 12's merge 2 had won at 2k R=1,
-// 5.10 / 5.42). Before it (benchmarks/NOTES.md version 12,
+// 5.10 / 5.42; tuned on an H200 at D = 64 only). Before it (benchmarks/NOTES.md version 12,
 // graph, us): SWA R=1 (17 segments) 2 warps 5.11, 4: 4.90; full 2k R=1 (16) 1: 5.42, 2: 5.10;
 // 8k R=1 (64) 4: 6.14, 8: 5.92; but 8k R=2 (64) 4: 7.31, 8 (256 CTAs): 7.90; 8k R=4 (32) 2: 9.51,
 // 4 (256 CTAs): 10.27. With one tile a segment (attention.py): SWA R=1 (34 segments) 8 warps
