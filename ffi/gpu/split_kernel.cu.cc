@@ -262,8 +262,37 @@ inline constexpr int kMinCtasPerSm = 1;
 // kPairs: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
 // LaunchPlan::split_pairs picks it where latency rules: launch_plan.h has the figures). A
 // template parameter because in every launch it cost 0.5 us where segments are longer.
+//
+// Registers (NVIDIA): the kMinCtasPerSm bound (168 at D = 64), except the kPairs kernel, capped
+// at kPairsMaxRegs. It runs 2 split CTAs an SM beside the merge's CTAs (a programmatic dependent
+// that starts early, launch_plan.h): two split CTAs at 168 registers leave room in the 64 Ki
+// register file for a 256-thread CTA of at most 88 registers, at 152 for one of at most 104 (the
+// merge's variants take 46-118; which of its CTAs now fit is inferred, not measured: the gain
+// below is). Capped at 152 (151 used,
+// no spill; benchmarks/NOTES.md version 32, kernels alone, graph, us, one call, round 1, the
+// 3-CTA bound / the cap): full 8k R=2 6.12 / 5.86, 4k R=4 6.11 / 5.84, 16k R=1 6.30 / 6.07,
+// 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27; within 0.03 at 8k R=1, SWA R = 2 and 6, 2k R = 2
+// and 4. The other kernels' SASS is unchanged.
+// Only where the step is compiled (sm_90a): elsewhere the kPairs kernel runs tile by tile, as
+// split_kernel<D, false, false>, under the same bound (sm_90's mma.sync build would spill
+// under the cap).
+#if defined(MUSE_ATTN_WGMMA)
+inline constexpr int kPairsMaxRegs = 152;
+#else
+inline constexpr int kPairsMaxRegs = 0;  // none
+#endif
+template <int D, bool kPairs>
+inline constexpr int kSplitMaxRegs =
+    kPairs && kPairsMaxRegs > 0
+        ? kPairsMaxRegs
+        : (kMinCtasPerSm<D> == 1 ? 255 : 65536 / (kThreads * kMinCtasPerSm<D>) / 8 * 8);
+#if defined(MUSE_ATTN_CUDA)
+#define MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) __launch_bounds__(kThreads) __maxnreg__((kSplitMaxRegs<D, kPairs>))
+#else
+#define MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) __launch_bounds__(kThreads, kMinCtasPerSm<D>)
+#endif
 template <int D, bool kPairs, bool kFillRing>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p) {
+__global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
   extern __shared__ __align__(16) char smem_raw[];
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
