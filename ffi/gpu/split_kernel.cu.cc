@@ -271,8 +271,8 @@ inline constexpr int kMinCtasPerSm = 1;
 // below is). Capped at 152 (151 used,
 // no spill; benchmarks/NOTES.md version 32, kernels alone, graph, us, one call, round 1, the
 // 3-CTA bound / the cap): full 8k R=2 6.12 / 5.86, 4k R=4 6.11 / 5.84, 16k R=1 6.30 / 6.07,
-// 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27; within 0.03 at 8k R=1, SWA R = 2 and 6, 2k R = 2
-// and 4. The other kernels' SASS is unchanged.
+// 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27 (round 2 5.33 / 5.26); within 0.03 at 8k R=1,
+// SWA R = 2 and 6, 2k R = 2 and 4. The other kernels' SASS is unchanged.
 // Only where the step is compiled (sm_90a): elsewhere the kPairs kernel runs tile by tile, as
 // split_kernel<D, false, false>, under the same bound (sm_90's mma.sync build would spill
 // under the cap).
