@@ -268,14 +268,19 @@ inline constexpr int kMinCtasPerSm = 1;
 // that starts early, launch_plan.h): two split CTAs at 168 registers leave room in the 64 Ki
 // register file for a 256-thread CTA of at most 88 registers, at 152 for one of at most 104 (the
 // merge's variants take 46-118; which of its CTAs now fit is inferred, not measured: the gain
-// below is). Capped at 152 (151 used,
-// no spill; benchmarks/NOTES.md version 32, kernels alone, graph, us, one call, round 1, the
-// 3-CTA bound / the cap): full 8k R=2 6.12 / 5.86, 4k R=4 6.11 / 5.84, 16k R=1 6.30 / 6.07,
-// 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27 (round 2 5.33 / 5.26); within 0.03 at 8k R=1,
-// SWA R = 2 and 6, 2k R = 2 and 4. The other kernels' SASS is unchanged.
-// Only where the step is compiled (sm_90a): elsewhere the kPairs kernel runs tile by tile, as
-// split_kernel<D, false, false>, under the same bound (sm_90's mma.sync build would spill
-// under the cap).
+// below is). Capped at 152 (151 used, no spill; benchmarks/NOTES.md version 32, kernels alone,
+// graph, us, one call, round 1, the 3-CTA bound / the cap): full 8k R=2 6.12 / 5.86, 4k R=4
+// 6.11 / 5.84, 16k R=1 6.30 / 6.07, 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27 (round 2 5.33 /
+// 5.26); within 0.03 at 8k R=1, SWA R = 2 and 6, 2k R = 2 and 4.
+// The others keep the launch bound's cap, written out (65536 registers / the bound's threads,
+// in steps of 8) because __maxnreg__ and a launch bound's CTA count cannot be given together;
+// their SASS is byte-identical to the launch-bound build's (checked with nvdisasm). nvcc 13
+// rejects __launch_bounds__ beside __maxnreg__ on a plain kernel but accepts it on this
+// template and emits both (.maxntid 128, .maxnreg); __maxnreg__ alone leaves the D = 64
+// kernels' SASS the same but changes D = 128's, so the launch bound stays while nvcc allows.
+// The cap holds only where the step is compiled (sm_90a): elsewhere the kPairs kernel runs tile by
+// tile, as split_kernel<D, false, false>, under the same bound (sm_90's mma.sync build would
+// spill under the cap).
 #if defined(MUSE_ATTN_WGMMA)
 inline constexpr int kPairsMaxRegs = 152;
 #else
