@@ -4,21 +4,23 @@ kernel's bound; shared by the GPU test (test_gpu_launch_modes.py: the real devic
 host test (test_launch_plan_host.py: ffi/gpu/launch_plan.h compiled against a stub runtime).
 
 Two-tile steps where segments have at most 2 tiles and split CTAs are at most 1.5 an SM, or at
-most 2 an SM where the merge, a programmatic dependent, has CTAs that fit beside them (split +
-merge CTAs at most 3 an SM: full 2k R=8 and 8k R=2 have 256 + 128); ping-pong where segments have
+most 2 an SM where the merge is a programmatic dependent (since version 32; before, only where the
+merge's CTAs also fit beside them: split + merge CTAs at most 3 an SM); ping-pong where segments have
 16 tiles or more at 2 CTAs an SM; the merge a programmatic dependent where the split grid has at
 most 2 CTAs an SM; a 4-tile segment's copies all in the prologue (the fill ring) where segments
 have 4 tiles (full 2k R=16, 8k R=4, 32k R=1), except where the merge, a programmatic dependent,
 has CTAs that do not fit (2k R=16: 256 + 256). D = 128 runs neither split variant.
 """
 
-# Off the grid, where the two-tile kernel's bound at 2 split CTAs an SM decides (measured in
-# benchmarks/results/h200_v26_pairs_rule_kb.txt): split + merge CTAs on an H200 396 (SWA R=6, at
-# the bound) and 336 (full 2k R=7) take it; 400 (full 3k R=5), 462 (SWA R=7), 512 (full 1k R=16)
-# do not.
+# Off the grid, around the two-tile kernel's bound at 2 split CTAs an SM (measured in
+# benchmarks/results/h200_v26_pairs_rule_kb.txt and, with its register cap, h200_v32_pairs_cap_kb.txt):
+# split + merge CTAs on an H200 396 (SWA R=6), 336 (full 2k R=7), 400 (full 3k R=5), 462 (SWA R=7)
+# and 512 (full 1k R=16) all take it since version 32 (the last three did not before).
 OFF_GRID = ("swa32k-r6", "full2k-r7", "full3k-r5", "swa32k-r7", "full1k-r16")
 
-TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7"}  # need the merge to fit
+# at 2 split CTAs an SM: need the merge to be a programmatic dependent
+TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7", "full3k-r5", "swa32k-r7",
+                         "full1k-r16"}
 TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
             "full8k-r1"} | TWO_TILE_AT_TWO_AN_SM
 PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",

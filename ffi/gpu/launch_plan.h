@@ -57,7 +57,7 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // split_kernel<64, true> (a segment of exactly two tiles as one 128-key step: both tiles' score
 // MMAs in one round trip, one softmax, both P V in one round trip; the warpgroup MMA only) where
 // no segment has more than two tiles and most SMs hold one split CTA, or up to two where the
-// merge's CTAs fit beside them (below). Kernels alone on an H200
+// merge is a programmatic dependent (below; version 26 to 31 also asked that its CTAs fit). Kernels alone on an H200
 // (benchmarks/NOTES.md version 16, graph, us, against split_kernel<64, false>): SWA R=2 5.15 vs
 // 5.33, SWA R=4 (136 CTAs) 5.78-5.81 vs 6.17-6.19, 2k R=2 5.27 vs 5.37, 2k R=4 (128 CTAs) 5.82
 // vs 5.95, 8k R=1 6.06 vs 6.10; but 8k R=2 (256 CTAs, 2 an SM) 7.77 vs 7.31 (a CTA waits for
@@ -74,8 +74,14 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // bound) 6.36-6.37 / 6.05-6.06, 2k R=7 (224 + 112) 6.38-6.39 / 6.32-6.34; and loses where they
 // do not: 1k R=16 (256 + 256) 6.71 / 6.82-6.84, SWA R=7 (238 + 224) 6.67-6.68 / 6.77-6.78. The
 // bound is empirical: 3k R=5 (240 + 160, just past it) gains too (6.62 / 6.48-6.49), left off.
+// Version 32 capped the two-tile kernel at 152 registers (split_kernel.cu.cc, kPairsMaxRegs),
+// which leaves more room for the merge's CTAs beside two split CTAs; since then it gains at 2
+// an SM whether or not every merge CTA fits (benchmarks/NOTES.md version 32, kernels alone,
+// graph, two rounds, per-tile / two-tile, us): 1k R=16 (256 + 256) 6.13 / 5.84, SWA R=7 (238 +
+// 224) 6.24 / 5.90, 1k R=13 (208 + 208) 5.83 / 5.50; so the bound at 2 an SM now asks only that
+// the merge be a programmatic dependent (beside a plain merge it was never measured).
 inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs: whatever the merge
-inline constexpr int kPairsMaxCtasPerSmMergeFits = 2;  // up to 2 an SM where the merge fits
+inline constexpr int kPairsMaxCtasPerSmPdl = 2;  // up to 2 an SM beside a dependent merge
 
 // split_kernel<64, false, true> (a segment of exactly kStages = 4 tiles issues all four tiles'
 // copies in the prologue instead of the fourth in the loop's first iteration) where no segment
@@ -251,7 +257,7 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
       (pairs == 1 ||
        (pairs == -1 && sm90_device && sms > 0 && tiles <= 2 &&
         (2 * ctas <= int64_t{kPairsMaxCtasPerSmX2} * sms ||
-         (pdl_merge_fits && ctas <= int64_t{kPairsMaxCtasPerSmMergeFits} * sms))));
+         (plan.merge_pdl && ctas <= int64_t{kPairsMaxCtasPerSmPdl} * sms))));
   // MUSE_ATTN_FILL_RING=1 / 0 forces split_kernel<64, false, true> on / off where neither
   // variant above is chosen (tests, benchmarks); read once a process.
   static const int fill_ring = env_force("MUSE_ATTN_FILL_RING");
