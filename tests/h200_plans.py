@@ -4,7 +4,7 @@ kernel's bound; shared by the GPU test (test_gpu_launch_modes.py: the real devic
 host test (test_launch_plan_host.py: ffi/gpu/launch_plan.h compiled against a stub runtime).
 
 Two-tile steps where segments have at most 2 tiles and split CTAs are at most 1.5 an SM, or at
-most 2 an SM where the merge is a programmatic dependent (since version 32; before, only where the
+most 2 an SM where the merge is a programmatic dependent (since version 33; before, only where the
 merge's CTAs also fit beside them: split + merge CTAs at most 3 an SM); ping-pong where segments have
 16 tiles or more at 2 CTAs an SM; the merge a programmatic dependent where the split grid has at
 most 2 CTAs an SM; a 4-tile segment's copies all in the prologue (the fill ring) where segments
@@ -13,9 +13,10 @@ has CTAs that do not fit (2k R=16: 256 + 256). D = 128 runs neither split varian
 """
 
 # Off the grid, around the two-tile kernel's bound at 2 split CTAs an SM (measured in
-# benchmarks/results/h200_v26_pairs_rule_kb.txt and, with its register cap, h200_v32_pairs_cap_kb.txt):
+# benchmarks/results/h200_v26_pairs_rule_kb.txt and, with its register cap, h200_v32_pairs_cap_kb.txt and
+# h200_v33_pairs_rule_kb.txt, the first with 3k R=5):
 # split + merge CTAs on an H200 396 (SWA R=6), 336 (full 2k R=7), 400 (full 3k R=5), 462 (SWA R=7)
-# and 512 (full 1k R=16) all take it since version 32 (the last three did not before).
+# and 512 (full 1k R=16) all take it since version 33 (the last three did not before).
 OFF_GRID = ("swa32k-r6", "full2k-r7", "full3k-r5", "swa32k-r7", "full1k-r16")
 
 # at 2 split CTAs an SM: need the merge to be a programmatic dependent

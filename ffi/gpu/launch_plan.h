@@ -57,7 +57,7 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // split_kernel<64, true> (a segment of exactly two tiles as one 128-key step: both tiles' score
 // MMAs in one round trip, one softmax, both P V in one round trip; the warpgroup MMA only) where
 // no segment has more than two tiles and most SMs hold one split CTA, or up to two where the
-// merge is a programmatic dependent (below; version 26 to 31 also asked that its CTAs fit). Kernels alone on an H200
+// merge is a programmatic dependent (below; versions 26 to 32 also asked that its CTAs fit). Kernels alone on an H200
 // (benchmarks/NOTES.md version 16, graph, us, against split_kernel<64, false>): SWA R=2 5.15 vs
 // 5.33, SWA R=4 (136 CTAs) 5.78-5.81 vs 6.17-6.19, 2k R=2 5.27 vs 5.37, 2k R=4 (128 CTAs) 5.82
 // vs 5.95, 8k R=1 6.06 vs 6.10; but 8k R=2 (256 CTAs, 2 an SM) 7.77 vs 7.31 (a CTA waits for
