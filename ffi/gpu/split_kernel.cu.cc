@@ -60,6 +60,21 @@ constexpr int split_smem_bytes() {  // the stages, then the query tile
   return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
 }
 
+// A tuning knob for benchmarks/kernel_bench.cu, off unless MUSE_ATTN_STAGGER_NS is defined: the
+// CTAs past the first wave (linear block id >= the SM count, so mostly the second CTA of an SM)
+// sleep that many ns once their first tile has landed. It asks whether two split CTAs an SM run
+// their tiles in step (both on the matrix units, then both on the SFU) rather than interleaved:
+// at 2 CTAs an SM a tile costs ~550 SM cycles against ~256 each of SFU and tensor-core work
+// (benchmarks/NOTES.md versions 32-33). Never compiled into the package.
+__device__ __forceinline__ void stagger_second_wave() {
+#if defined(MUSE_ATTN_STAGGER_NS) && defined(MUSE_ATTN_CUDA)
+  unsigned sms;
+  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
+  const unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (id >= sms) __nanosleep(MUSE_ATTN_STAGGER_NS);
+#endif
+}
+
 // The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
 // (request, KV head), and its block of kMaxRows query rows blockIdx.z.
 struct SplitCta {
@@ -397,6 +412,7 @@ __global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
       __syncthreads();
       MUSE_TIMELINE(p, 0, 3);
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
+      stagger_second_wave();
       w.load_q(q_tile, 16 * warp);
       auto second_tile_landed = [] {
         copy_wait<kStages - 3>();
@@ -431,6 +447,7 @@ __global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
     if (it == 0) {
       MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
+      stagger_second_wave();
       w.load_q(q_tile, 16 * warp);
     }
     w.scores(tile);
