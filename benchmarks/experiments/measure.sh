@@ -43,7 +43,7 @@ for fv in ${FLAG_VARIANTS:-}; do
 done
 for n in "${names[@]}"; do
   src="/tmp/exp_src_$n"
-  rm -rf "$src" && mkdir -p "$src" && cp -r "$ROOT/ffi" "$ROOT/benchmarks" "$ROOT/jax_muse_attn" "$ROOT/tests" "$src/"
+  rm -rf "$src" && mkdir -p "$src" && cp -r "$ROOT/ffi" "$ROOT/benchmarks" "$ROOT/jax_muse_attn" "$ROOT/tests" "$ROOT/README.md" "$src/"
   if (cd "$src" && patch -p1 -s -f --no-backup-if-mismatch <"$ROOT/benchmarks/experiments/$n.patch" >/dev/null); then
     variants+=("$n"); build "$n" "$src" &
   else
