@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -293,6 +294,38 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     show("merge release -> own segments in", cycles(kTimelineMergeBase, 4, -1));
     show("merge release -> row folded", cycles(kTimelineMergeBase, 5, -1));
     show("merge release -> row written", cycles(kTimelineMergeBase, 6, -1));
+  }
+  {  // Split CTAs that shared an SM (stamp 12: %smid, 13: clock64() at the start; one SM, one
+     // clock): how far apart their first tiles landed and their last were done, against how long
+     // a CTA's tiles took. Two CTAs whose tiles start within a small part of a tile of each other
+     // use the tensor cores and the SFU at the same times (in step) rather than in turn.
+    std::map<uint64_t, std::vector<int>> by_sm;
+    for (int c = 0; c < kTimelineMergeBase; ++c) {
+      const uint64_t* e = &tl[size_t(c) * kTimelineEvents];
+      if (e[0] && e[10] && e[11]) by_sm[e[12]].push_back(c);
+    }
+    std::vector<double> d_first, d_last, span;
+    int alone = 0;
+    for (const auto& kv : by_sm) {
+      if (kv.second.size() == 1) ++alone;
+      if (kv.second.size() != 2) continue;
+      const uint64_t* a = &tl[size_t(kv.second[0]) * kTimelineEvents];
+      const uint64_t* b = &tl[size_t(kv.second[1]) * kTimelineEvents];
+      d_first.push_back(std::abs(double(a[13] + a[10]) - double(b[13] + b[10])));
+      d_last.push_back(std::abs(double(a[13] + a[11]) - double(b[13] + b[11])));
+      span.push_back(double(a[11] - a[10]));
+      span.push_back(double(b[11] - b[10]));
+    }
+    if (!d_first.empty()) {
+      std::sort(d_first.begin(), d_first.end());
+      std::sort(d_last.begin(), d_last.end());
+      std::sort(span.begin(), span.end());
+      std::printf("    SMs with 2 split CTAs: %zu (with 1: %d); their first tiles in: %.0f cycles apart "
+                  "(median; min %.0f, max %.0f), last tiles done: %.0f apart; a CTA's first tile in "
+                  "-> tiles done: median %.0f cycles\n",
+                  d_first.size(), alone, d_first[d_first.size() / 2], d_first.front(), d_first.back(),
+                  d_last[d_last.size() / 2], span[span.size() / 2]);
+    }
   }
 #endif
   CHECK(cudaGraphExecDestroy(ge));

@@ -328,6 +328,7 @@ __global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   MUSE_TIMELINE(p, 0, 0);
   MUSE_TIMELINE_CLOCK(timeline_clock0);
+  MUSE_TIMELINE_SM(p, 0, timeline_clock0);
   const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows

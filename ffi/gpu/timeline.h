@@ -13,7 +13,7 @@
 
 namespace muse_attn::gpu {
 
-inline constexpr int kTimelineEvents = 12;         // stamps a CTA
+inline constexpr int kTimelineEvents = 14;         // stamps a CTA (12, 13: the split's SM and its clock)
 inline constexpr int kTimelineMergeBase = 1 << 16;  // split CTAs first, merge CTAs from here
 
 #if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)
@@ -38,10 +38,22 @@ __device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int eve
 #define MUSE_TIMELINE_CLOCK(var) const uint64_t var = clock64()
 #define MUSE_TIMELINE_CYCLES(params, base, event, since) \
   ::muse_attn::gpu::timeline_cycles((params).timeline, base, event, since)
+// The CTA's SM (%smid) into slot 12 and `clock0` (its clock64() at the start) into slot 13, so that
+// the cycle stamps of two CTAs on one SM (one SM clock) can be compared with each other.
+#define MUSE_TIMELINE_SM(params, base, clock0)                                                   \
+  do {                                                                                          \
+    if (threadIdx.x == 0) {                                                                     \
+      unsigned sm_id;                                                                           \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));                                        \
+      *::muse_attn::gpu::timeline_slot((params).timeline, base, 12) = sm_id;                    \
+      *::muse_attn::gpu::timeline_slot((params).timeline, base, 13) = (clock0);                 \
+    }                                                                                           \
+  } while (0)
 #else
 #define MUSE_TIMELINE(params, base, event) ((void)0)
 #define MUSE_TIMELINE_CLOCK(var) static_assert(true)
 #define MUSE_TIMELINE_CYCLES(params, base, event, since) ((void)0)
+#define MUSE_TIMELINE_SM(params, base, clock0) ((void)0)
 #endif
 
 }  // namespace muse_attn::gpu
