@@ -65,7 +65,7 @@ constexpr int split_smem_bytes() {  // the stages, then the query tile
 // sleep that many ns once their first tile has landed. It asks whether two split CTAs an SM run
 // their tiles in step (both on the matrix units, then both on the SFU) rather than interleaved:
 // at 2 CTAs an SM a tile costs ~550 SM cycles against ~256 each of SFU and tensor-core work
-// (benchmarks/NOTES.md versions 32-33). Never compiled into the package.
+// (benchmarks/NOTES.md versions 32-33). The package never defines it (the function is empty there).
 __device__ __forceinline__ void stagger_second_wave() {
 #if defined(MUSE_ATTN_STAGGER_NS) && defined(MUSE_ATTN_CUDA)
   unsigned sms;
