@@ -70,8 +70,7 @@ __device__ __forceinline__ void stagger_second_wave() {
 #if defined(MUSE_ATTN_STAGGER_NS) && defined(MUSE_ATTN_CUDA)
   unsigned sms;
   asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
-  const unsigned id = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  if (id >= sms) __nanosleep(MUSE_ATTN_STAGGER_NS);
+  if (linear_cta_index() >= sms) __nanosleep(MUSE_ATTN_STAGGER_NS);
 #endif
 }
 

@@ -16,11 +16,16 @@ namespace muse_attn::gpu {
 inline constexpr int kTimelineEvents = 14;         // stamps a CTA (12, 13: the split's SM and its clock)
 inline constexpr int kTimelineMergeBase = 1 << 16;  // split CTAs first, merge CTAs from here
 
+// The CTA's index in its grid, x fastest (the order in which CTAs are handed to SMs); used by the
+// probes here and by the split kernel's stagger knob.
+__device__ __forceinline__ int64_t linear_cta_index() {
+  return blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
+}
+
 #if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)
 // &buf[(base + linear CTA index) * kTimelineEvents + event]: this CTA's slot for the event.
 __device__ __forceinline__ uint64_t* timeline_slot(uint64_t* buf, int base, int event) {
-  const int64_t cta = blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
-  return buf + (base + cta) * kTimelineEvents + event;
+  return buf + (base + linear_cta_index()) * kTimelineEvents + event;
 }
 // The slot = %globaltimer (ns).
 __device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int event) {
