@@ -54,11 +54,11 @@ struct LaunchPlan {
 // R=2 (8) 13.6 vs 13.25, 32k R=1 (4) 10.1 vs 9.7 and every latency-bound config slower.
 inline constexpr int kPingpongMinSegmentTiles = 16;
 
-// split_kernel<64, true> (a segment of exactly two tiles as one 128-key step: both tiles' score
+// split_kernel_pairs<64> (a segment of exactly two tiles as one 128-key step: both tiles' score
 // MMAs in one round trip, one softmax, both P V in one round trip; the warpgroup MMA only) where
 // no segment has more than two tiles and most SMs hold one split CTA, or up to two where the
 // merge is a programmatic dependent (below; versions 26 to 32 also asked that its CTAs fit). Kernels alone on an H200
-// (benchmarks/NOTES.md version 16, graph, us, against split_kernel<64, false>): SWA R=2 5.15 vs
+// (benchmarks/NOTES.md version 16, graph, us, against split_kernel<64>): SWA R=2 5.15 vs
 // 5.33, SWA R=4 (136 CTAs) 5.78-5.81 vs 6.17-6.19, 2k R=2 5.27 vs 5.37, 2k R=4 (128 CTAs) 5.82
 // vs 5.95, 8k R=1 6.06 vs 6.10; but 8k R=2 (256 CTAs, 2 an SM) 7.77 vs 7.31 (a CTA waits for
 // both tiles before any math), and the step compiled into every split_kernel cost 0.5 us where
@@ -83,7 +83,7 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 inline constexpr int kPairsMaxCtasPerSmX2 = 3;  // split CTAs <= 1.5 x SMs: whatever the merge
 inline constexpr int kPairsMaxCtasPerSmPdl = 2;  // up to 2 an SM beside a dependent merge
 
-// split_kernel<64, false, true> (a segment of exactly kStages = 4 tiles issues all four tiles'
+// split_kernel_fill_ring<64> (a segment of exactly kStages = 4 tiles issues all four tiles'
 // copies in the prologue instead of the fourth in the loop's first iteration) where no segment
 // has more than kStages tiles and at least one may have that many, unless the merge is a
 // programmatic dependent whose CTAs cannot all start beside the split CTAs: split + merge CTAs
@@ -249,7 +249,7 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   const int64_t merge_ctas = int64_t{mg.x} * mg.y;
   const bool pdl_merge_fits =
       plan.merge_pdl && ctas + merge_ctas <= int64_t{kFillRingMaxCtasPerSm} * sms;
-  // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel<64, true> on / off where the ping-pong kernel is
+  // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel_pairs<64> on / off where the ping-pong kernel is
   // not chosen (tests, benchmarks); read once a process.
   static const int pairs = env_force("MUSE_ATTN_PAIRS");
   plan.split_pairs =
@@ -258,7 +258,7 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
        (pairs == -1 && sm90_device && sms > 0 && tiles <= 2 &&
         (2 * ctas <= int64_t{kPairsMaxCtasPerSmX2} * sms ||
          (plan.merge_pdl && ctas <= int64_t{kPairsMaxCtasPerSmPdl} * sms))));
-  // MUSE_ATTN_FILL_RING=1 / 0 forces split_kernel<64, false, true> on / off where neither
+  // MUSE_ATTN_FILL_RING=1 / 0 forces split_kernel_fill_ring<64> on / off where neither
   // variant above is chosen (tests, benchmarks); read once a process.
   static const int fill_ring = env_force("MUSE_ATTN_FILL_RING");
   const bool merge_fits = !plan.merge_pdl || pdl_merge_fits;

@@ -5,10 +5,13 @@
 // query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
 // runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
 // O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
-// split_kernel<64, true> takes a segment of exactly two tiles as one 128-key step, where latency
-// rules; split_kernel<64, false, true> issues a 4-tile segment's copies all in its prologue;
-// split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two
-// warpgroups a CTA taking alternate tiles, where segments are long (launch_plan.h picks each).
+// Its entry points (one body, run_split_cta): split_kernel<D> takes a segment tile by tile;
+// split_kernel_pairs<64> takes a segment of exactly two tiles as one 128-key step, where latency
+// rules; split_kernel_fill_ring<64> issues a 4-tile segment's copies all in its prologue;
+// split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two warpgroups a
+// CTA taking alternate tiles, where segments are long (launch_plan.h picks each). (Versions
+// 16-32 named the first three split_kernel<D, kPairs, kFillRing>: split_kernel<64, true> and
+// split_kernel<64, false, true> in benchmarks/NOTES.md are the pairs and fill-ring kernels.)
 #include <atomic>
 #include <cstdint>
 
@@ -58,20 +61,6 @@ constexpr int split_smem_bytes() {  // the stages, then the query tile
   constexpr int pad = 0;
 #endif
   return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
-}
-
-// A tuning knob for benchmarks/kernel_bench.cu, off unless MUSE_ATTN_STAGGER_NS is defined: the
-// CTAs past the first wave (linear block id >= the SM count, so mostly the second CTA of an SM)
-// sleep that many ns once their first tile has landed. It asks whether two split CTAs an SM run
-// their tiles in step (both on the matrix units, then both on the SFU) rather than interleaved:
-// at 2 CTAs an SM a tile costs ~550 SM cycles against ~256 each of SFU and tensor-core work
-// (benchmarks/NOTES.md versions 32-33). The package never defines it (the function is empty there).
-__device__ __forceinline__ void stagger_second_wave() {
-#if defined(MUSE_ATTN_STAGGER_NS) && defined(MUSE_ATTN_CUDA)
-  unsigned sms;
-  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(sms));
-  if (linear_cta_index() >= sms) __nanosleep(MUSE_ATTN_STAGGER_NS);
-#endif
 }
 
 // The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
@@ -275,43 +264,41 @@ inline constexpr int kMinCtasPerSm = 1;
 #endif
 // kPairs: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
 // LaunchPlan::split_pairs picks it where latency rules: launch_plan.h has the figures). A
-// template parameter because in every launch it cost 0.5 us where segments are longer.
+// template parameter, and an entry point of its own (split_kernel_pairs), because in every
+// launch it cost 0.5 us where segments are longer.
 //
-// Registers (NVIDIA): the kMinCtasPerSm bound (168 at D = 64), except the kPairs kernel, capped
-// at kPairsMaxRegs. It runs 2 split CTAs an SM beside the merge's CTAs (a programmatic dependent
-// that starts early, launch_plan.h): two split CTAs at 168 registers leave room in the 64 Ki
-// register file for a 256-thread CTA of at most 88 registers, at 152 for one of at most 104 (the
-// merge's variants take 46-118; which of its CTAs now fit is inferred, not measured: the gain
-// below is). Capped at 152 (151 used, no spill; benchmarks/NOTES.md version 32, kernels alone,
-// graph, us, one call, round 1, the 3-CTA bound / the cap): full 8k R=2 6.12 / 5.86, 4k R=4
-// 6.11 / 5.84, 16k R=1 6.30 / 6.07, 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27 (round 2 5.33 /
-// 5.26); within 0.03 at 8k R=1, SWA R = 2 and 6, 2k R = 2 and 4.
-// The others keep the launch bound's cap, written out (65536 registers / the bound's threads,
-// in steps of 8) because __maxnreg__ and a launch bound's CTA count cannot be given together;
-// their SASS is byte-identical to the launch-bound build's (checked with nvdisasm). nvcc 13
-// rejects __launch_bounds__ beside __maxnreg__ on a plain kernel but accepts it on this
-// template and emits both (.maxntid 128, .maxnreg); __maxnreg__ alone leaves the D = 64
-// kernels' SASS the same but changes D = 128's, so the launch bound stays while nvcc allows.
-// The cap holds only where the step is compiled (sm_90a): elsewhere the kPairs kernel runs tile by
-// tile, as split_kernel<D, false, false>, under the same bound (sm_90's mma.sync build would
-// spill under the cap).
+// Registers (NVIDIA): the kMinCtasPerSm bound (168 at D = 64), except split_kernel_pairs on
+// sm_90a, capped at kPairsMaxRegs. It runs 2 split CTAs an SM beside the merge's CTAs (a
+// programmatic dependent that starts early, launch_plan.h): two split CTAs at 168 registers leave
+// room in the 64 Ki register file for a 256-thread CTA of at most 88 registers, at 152 for one of
+// at most 104 (the merge's variants take 46-118; which of its CTAs now fit is inferred, not
+// measured: the gain below is). Capped at 152 (151 used, no spill; benchmarks/NOTES.md version
+// 32, kernels alone, graph, us, one call, round 1, the 3-CTA bound / the cap): full 8k R=2 6.12 /
+// 5.86, 4k R=4 6.11 / 5.84, 16k R=1 6.30 / 6.07, 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27 (round 2
+// 5.33 / 5.26); within 0.03 at 8k R=1, SWA R = 2 and 6, 2k R = 2 and 4.
+// The cap is __maxnreg__ alone: nvcc rejects it beside __launch_bounds__ on one kernel ("cannot
+// be applied to the same kernel"; nvcc 13 does not notice on a kernel template, which version
+// 32's single template relied on), hence an entry point of its own. It is launched with kThreads
+// threads only. Where the step is not compiled (not sm_90a) split_kernel_pairs runs tile by tile,
+// as split_kernel<D>, capped at the launch bound's 168 written out (65536 registers / the bound's
+// threads, in steps of 8; sm_90's mma.sync build would spill under 152). SASS (nvdisasm, version
+// 33, names aside): on sm_90a every split kernel is identical to version 32's (one template, the launch
+// bound beside the cap); on sm_90 and sm_80 to version 31's (before the cap); on sm_100
+// (compile-only) ptxas schedules the inlined body differently, without spills.
 #if defined(MUSE_ATTN_WGMMA)
 inline constexpr int kPairsMaxRegs = 152;
 #else
-inline constexpr int kPairsMaxRegs = 0;  // none
+inline constexpr int kPairsMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 8 * 8;  // the bound's
 #endif
-template <int D, bool kPairs>
-inline constexpr int kSplitMaxRegs =
-    kPairs && kPairsMaxRegs > 0
-        ? kPairsMaxRegs
-        : (kMinCtasPerSm<D> == 1 ? 255 : 65536 / (kThreads * kMinCtasPerSm<D>) / 8 * 8);
 #if defined(MUSE_ATTN_CUDA)
-#define MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) __launch_bounds__(kThreads) __maxnreg__((kSplitMaxRegs<D, kPairs>))
+#define MUSE_ATTN_PAIRS_BOUNDS __maxnreg__(kPairsMaxRegs)
 #else
-#define MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) __launch_bounds__(kThreads, kMinCtasPerSm<D>)
+#define MUSE_ATTN_PAIRS_BOUNDS __launch_bounds__(kThreads, kMinCtasPerSm<64>)
 #endif
+// One split CTA's work (the entry points below): an inlined body so that each entry point carries
+// its own register bound.
 template <int D, bool kPairs, bool kFillRing>
-__global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
+__device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   extern __shared__ __align__(16) char smem_raw[];
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -412,7 +399,6 @@ __global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
       __syncthreads();
       MUSE_TIMELINE(p, 0, 3);
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
-      stagger_second_wave();
       w.load_q(q_tile, 16 * warp);
       auto second_tile_landed = [] {
         copy_wait<kStages - 3>();
@@ -447,7 +433,6 @@ __global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
     if (it == 0) {
       MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
-      stagger_second_wave();
       w.load_q(q_tile, 16 * warp);
     }
     w.scores(tile);
@@ -462,6 +447,21 @@ __global__ void MUSE_ATTN_SPLIT_BOUNDS(D, kPairs) split_kernel(VerifyParams p) {
   write_partials(p, w, st, c.group, c.seg, row0);
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
+}
+
+// The entry points (launch_split picks one from the launch plan).
+template <int D>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p) {
+  run_split_cta<D, false, false>(p);
+}
+template <int D>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_fill_ring(VerifyParams p) {
+  run_split_cta<D, false, true>(p);
+}
+template <int D>
+__global__ void MUSE_ATTN_PAIRS_BOUNDS split_kernel_pairs(VerifyParams p) {
+  static_assert(D == 64, "the two-tile step is tuned (and its cap written) for D = 64");
+  run_split_cta<D, true, false>(p);
 }
 
 #if defined(MUSE_ATTN_CUDA)
@@ -665,14 +665,27 @@ gpuError_t allow_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
   return gpuSuccess;
 }
 
+// Launches one of split_kernel's entry points (all take kThreads threads and the same shared
+// memory); `done` is the entry point's own (allow_smem_once).
+template <int D, typename Kernel>
+gpuError_t launch_split_entry(Kernel kernel, std::atomic<uint64_t>& done, const VerifyParams& p,
+                              gpuStream_t stream) {
+  constexpr int smem = split_smem_bytes<D>();
+  if (gpuError_t e = allow_smem_once(kernel, smem, done); e != gpuSuccess) return e;
+  kernel<<<split_grid(p), kThreads, smem, stream>>>(p);
+  return gpuGetLastError();
+}
+
 template <int D, bool kPairs = false, bool kFillRing = false>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
-  constexpr int smem = split_smem_bytes<D>();
   static std::atomic<uint64_t> done{0};
-  if (gpuError_t e = allow_smem_once(split_kernel<D, kPairs, kFillRing>, smem, done); e != gpuSuccess)
-    return e;
-  split_kernel<D, kPairs, kFillRing><<<split_grid(p), kThreads, smem, stream>>>(p);
-  return gpuGetLastError();
+  if constexpr (kPairs) {
+    return launch_split_entry<D>(split_kernel_pairs<D>, done, p, stream);
+  } else if constexpr (kFillRing) {
+    return launch_split_entry<D>(split_kernel_fill_ring<D>, done, p, stream);
+  } else {
+    return launch_split_entry<D>(split_kernel<D>, done, p, stream);
+  }
 }
 
 #if defined(MUSE_ATTN_CUDA)

@@ -17,7 +17,7 @@ inline constexpr int kTimelineEvents = 14;         // stamps a CTA (12, 13: the 
 inline constexpr int kTimelineMergeBase = 1 << 16;  // split CTAs first, merge CTAs from here
 
 // The CTA's index in its grid, x fastest (the order in which CTAs are handed to SMs); used by the
-// probes here and by the split kernel's stagger knob.
+// probes here.
 __device__ __forceinline__ int64_t linear_cta_index() {
   return blockIdx.x + int64_t{gridDim.x} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
 }
