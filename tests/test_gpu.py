@@ -6,6 +6,7 @@ where the key range is short). MUSE_ATTN_GPU_TEST_BACKEND=reference runs the sam
 jnp reference (to check the harness itself before a kernel exists).
 """
 
+import dataclasses
 import os
 
 import jax
@@ -259,6 +260,53 @@ def test_four_tile_segments(window, splits, P):
     c = make_case(rng, len(lens), lens, P=P, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
     _check_split_variant_case(c, window, splits, f"window={window} splits={splits} P={P}",
                               "split_fill_ring", _fill_ring_kernel)
+
+
+# The running max that jumps from tile to tile (the split kernel keeps a row's old max while a
+# tile's exceeds it by at most kRescaleSlack, 2^8 in the exp2 domain, and rescales O only past
+# that): each live key's K is multiplied by a gain that depends on its position, so the scores'
+# scale changes by a factor of up to 64 between tiles (a jump of ~200 in the exp2 domain: a max
+# that never moved would overflow exp2 to inf) or creeps up a few units a tile (P near 2^8 before
+# the max moves), in segments of 3, 4, 8 and 32 tiles (the per-tile, four-tile and ping-pong
+# kernels on an H200), against the float64 oracle, bitwise repeatable.
+def _gain(pattern, key):
+    tile = key // 64
+    if pattern == "steps":  # x1, x4, x16, x64, x1, ... a tile: jumps far past the slack
+        return 4.0 ** (tile % 4)
+    if pattern == "falling":  # x64 first, then smaller: the max set by the first tile stays
+        return 4.0 ** (3 - tile % 4)
+    return 1.0 + 0.6 * tile  # "creep": ~3-5 a tile in the exp2 domain, past 8 over two or three
+
+
+def _with_gains(c, pattern):
+    kv = c.kv_np.astype(np.float32)
+    D = kv.shape[-1] // 2
+    nb = kv.shape[0]
+    for r in range(c.num_reqs):
+        for page in range(c.P):
+            bid = int(c.bt_np[r, page])
+            if not 0 <= bid < nb:
+                continue
+            for slot in np.flatnonzero(c.readable[bid]):
+                kv[bid, :, slot, :D] *= _gain(pattern, page * PAGE + int(slot))
+    kv_j = jnp.asarray(kv, jnp.bfloat16)
+    return dataclasses.replace(c, kv=kv_j, kv_np=np.asarray(kv_j))
+
+
+@pytest.mark.parametrize("pattern", ["steps", "falling", "creep"])
+@pytest.mark.parametrize("splits", [1, 4, 8, 11])
+def test_running_max_jumps(pattern, splits):
+    rng = np.random.default_rng(3 + splits)
+    lens = [2048, 2047, 1985, 1500, 777, 200, 9]
+    c = make_case(rng, len(lens), lens, P=128, window=None, bad_live=0.05, num_reqs=len(lens) - 1)
+    c = _with_gains(c, pattern)
+    ref = c.oracle()
+    kw = {"num_splits": splits} if BACKEND == "ffi" else {}
+    out = c.run(BACKEND, **kw)
+    what = f"pattern={pattern} splits={splits}"
+    assert_close(out, ref, q_shape=c.q.shape, what=what)
+    assert np.isfinite(np.asarray(out).astype(np.float32)).all(), what
+    np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
 
 
 @pytest.mark.parametrize("num_splits", [None, 1], ids=["default_splits", "one_split"])
