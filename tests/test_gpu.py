@@ -263,7 +263,7 @@ def test_four_tile_segments(window, splits, P):
 
 
 # The running max that jumps from tile to tile (the split kernel keeps a row's old max while a
-# tile's exceeds it by at most kRescaleSlack, 2^8 in the exp2 domain, and rescales O only past
+# tile's exceeds it by at most kRescaleSlack, 8 in the exp2 domain (p <= 2^8), and rescales O only past
 # that): each live key's K is multiplied by a gain that depends on its position, so the scores'
 # scale changes by a factor of up to 64 between tiles (a jump of ~200 in the exp2 domain: a max
 # that never moved would overflow exp2 to inf) or creeps up a few units a tile (P near 2^8 before

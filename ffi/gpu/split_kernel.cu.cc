@@ -10,7 +10,7 @@
 // rules; split_kernel_fill_ring<64> issues a 4-tile segment's copies all in its prologue;
 // split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two warpgroups a
 // CTA taking alternate tiles, where segments are long (launch_plan.h picks each). (Versions
-// 16-32 named the first three split_kernel<D, kPairs, kFillRing>: split_kernel<64, true> and
+// 16-33 named the first three split_kernel<D, kPairs, kFillRing>: split_kernel<64, true> and
 // split_kernel<64, false, true> in benchmarks/NOTES.md are the pairs and fill-ring kernels.)
 #include <atomic>
 #include <cstdint>

@@ -3,8 +3,9 @@
 // Scores live in the exp2 domain: s = (q . k) * scale * log2(e), so exp(q.k*scale - m') is
 // exp2(s - m). A row's partial over some keys is (m, l, o): m the largest visible score
 // (-inf when the row saw no key), l = sum exp2(s - m) and o = sum exp2(s - m) * v, unnormalized.
-// Any finite m up to the largest score gives the same o / l: the GPU split kernel keeps a row's
-// m while a tile's max exceeds it by at most 2^8 (gpu/split_kernel.cu.cc, kRescaleSlack).
+// Any finite m gives the same o / l; m below the largest score by at most a small slack keeps p
+// bounded (p <= 2^slack): the GPU split kernel keeps a row's m while a tile's max exceeds it by at
+// most 8 in this domain (p <= 2^8; gpu/split_kernel.cu.cc, kRescaleSlack).
 // Two rules keep poison and -inf out: a row with m = -inf has weight 0 (never exp2(-inf - -inf)),
 // and the final division happens only when l > 0 (else the row is exactly 0).
 #ifndef MUSE_ATTN_SOFTMAX_STATE_H_
