@@ -149,10 +149,11 @@ __device__ __forceinline__ void exp2_scaled_in_place(float (&s)[N], float scale_
 // (FA4's trick). Exact: l and O are sums over the same max, and the partial's m is that max, so
 // the merge weighs the segment as before (softmax_state.h: any m at most the largest score
 // does); p = exp2(s * c - m) <= 2^slack, well inside bf16 and fp32. Kernels alone on an H200
-// (benchmarks/NOTES.md version 34): 0.04-0.12 us off segments of 3-8 tiles (full 8k R=4
-// 7.96-7.97 -> 7.89, 32k R=2 12.60-12.61 -> 12.49-12.52), within run-to-run noise on the ping-pong
-// kernel's long segments, none on two-tile segments (one softmax from the empty state). tests/test_gpu.py::test_running_max_jumps. 0 moves the
-// max whenever the tile's is larger (MUSE_ATTN_RESCALE_SLACK=0, a kernel_bench knob).
+// (benchmarks/NOTES.md version 34): 0.04-0.12 us off segments of 4 and 8 tiles (full 8k R=4
+// 7.96-7.97 -> 7.89, 32k R=2 12.60-12.61 -> 12.49-12.52), within run-to-run noise on the
+// ping-pong kernel's long segments and SWA R=16's 3-tile ones, none on two-tile segments (one
+// softmax from the empty state). Tested by tests/test_gpu.py::test_running_max_jumps. A slack of
+// 0 moves the max whenever the tile's is larger (MUSE_ATTN_RESCALE_SLACK=0, a kernel_bench knob).
 #ifndef MUSE_ATTN_RESCALE_SLACK
 #define MUSE_ATTN_RESCALE_SLACK 8
 #endif
@@ -175,8 +176,7 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
     // scale > 0: the max commutes with it; -inf stays -inf.
     const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * scale_log2;
     // -inf + slack stays -inf: a row's first visible key always sets its max.
-    const float m_new = kRescaleSlack == 0.0f ? fmaxf(st[rr].m, mx)
-                                              : (mx > st[rr].m + kRescaleSlack ? mx : st[rr].m);
+    const float m_new = mx > st[rr].m + kRescaleSlack ? mx : st[rr].m;
     const float m_use = finite_max(m_new);
     factor[rr] = fast_exp2(st[rr].m - m_use);  // 0 when m was -inf
     exp2_scaled_in_place(w.s[rr], scale_log2, m_use);
