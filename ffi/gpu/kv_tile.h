@@ -16,6 +16,7 @@
 #define MUSE_ATTN_GPU_KV_TILE_H_
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
@@ -138,7 +139,7 @@ __device__ __forceinline__ TilePages resolve(const KvSource<D>& src, const TileE
 // kKeysPerPass, so its offsets inside a page and in the tile do not depend on the tile. A chunk
 // is read only when its page names a block and its key lies in [key_lo, seq_len); otherwise it
 // is zero-filled and its source is not touched.
-template <int D, int kThreads>
+template <int D, int kThreads, bool kInteriorPath>
 __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<D>& src,
                                            const RequestGeometry& g, int tile,
                                            const TilePages& pages, int tid) {
@@ -157,26 +158,38 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
   const char* const base = src.head_base + (key0 * (2 * D) + chunk * 8) * 2;
   const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
   const int hi = g.seq_len - tile * kTileKeys;
-  // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
-  // 16 addresses crowd out the registers. AMD unrolls all (its copies go through registers
-  // one at a time anyway).
+  // A tile wholly inside [key_lo, seq_len) (every tile of a segment but its ends) takes a path
+  // without the two key compares a chunk; the test is the same in every thread of the CTA.
+  // kInteriorPath = false keeps one path: the two-tile kernel (its 152-register cap spilled 4
+  // bytes with both) and the ping-pong kernel (0.3 us slower at 128k R=2 with both, NOTES
+  // version 35).
+  const auto copies = [&](auto bounded) {
+    // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
+    // 16 addresses crowd out the registers. AMD unrolls all (its copies go through registers
+    // one at a time anyway).
 #if defined(MUSE_ATTN_HIP)
 #pragma unroll
 #else
 #pragma unroll(D == 64 ? kPagesPerTile : 1)
 #endif
-  for (int page = 0; page < kPagesPerTile; ++page) {
-    int32_t block = pages.block[0];
+    for (int page = 0; page < kPagesPerTile; ++page) {
+      int32_t block = pages.block[0];
 #pragma unroll
-    for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
-    const char* page_start = src.page_bytes(block < 0 ? 0 : block, base);
+      for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
+      const char* page_start = src.page_bytes(block < 0 ? 0 : block, base);
 #pragma unroll
-    for (int jj = 0; jj < kPassesPerPage; ++jj) {
-      const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
-      const bool present = block >= 0 && key >= lo && key < hi;
-      copy16(dst.base + half + KvTile<D>::offset(key, col),
-             page_start + jj * kKeysPerPass * (2 * D) * 2, present);
+      for (int jj = 0; jj < kPassesPerPage; ++jj) {
+        const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
+        const bool present = block >= 0 && (!decltype(bounded)::value || (key >= lo && key < hi));
+        copy16(dst.base + half + KvTile<D>::offset(key, col),
+               page_start + jj * kKeysPerPass * (2 * D) * 2, present);
+      }
     }
+  };
+  if (kInteriorPath && lo <= 0 && hi >= kTileKeys) {
+    copies(std::false_type{});
+  } else {
+    copies(std::true_type{});
   }
 }
 

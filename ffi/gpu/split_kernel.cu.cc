@@ -47,8 +47,9 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
 // prologue, with the prologue's last group, so that every copy is issued before the masks' setup
 // and the first wait (the loop skips that refill; waiting for the prologue's last tile then waits
 // for the segment's last one too). A template parameter, picked by LaunchPlan::split_fill_ring
-// where segments have kStages tiles: it costs 145 registers against 144 and 0.15 us where they
-// have 8 (launch_plan.h has the figures and the rule).
+// where segments have kStages tiles: it cost 145 registers against 144 (both 139 on sm_90a since
+// version 35's interior copy path, kv_tile.h) and 0.15 us where they have 8 (launch_plan.h has
+// the figures and the rule).
 
 // NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
 // the warpgroup MMA's shared-memory operands; warp_mma.h).
@@ -361,7 +362,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   unsigned present = 0;
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
-    stage_tile<D, kThreads>(tile_at(slot), src, g, tile, pages, tid);
+    stage_tile<D, kThreads, !kPairs>(tile_at(slot), src, g, tile, pages, tid);
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
@@ -559,7 +560,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   unsigned present = 0;  // 4 bits a slot of this team
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);
-    stage_tile<D, kTeamThreads>(tile_at(slot), src, g, tile, pages, ttid);
+    stage_tile<D, kTeamThreads, false>(tile_at(slot), src, g, tile, pages, ttid);
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
   {
