@@ -163,7 +163,8 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
   // kInteriorPath = false keeps one path: the two-tile kernel (its 152-register cap spilled 4
   // bytes with both) and the ping-pong kernel (0.3 us slower at 128k R=2 with both, NOTES
   // version 35).
-  const auto copies = [&](auto bounded) {
+  const auto copies = [&](auto bounded) {  // std::true_type: the key compares; false_type: none
+    constexpr bool kBounded = decltype(bounded)::value;
     // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's
     // 16 addresses crowd out the registers. AMD unrolls all (its copies go through registers
     // one at a time anyway).
@@ -180,7 +181,7 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
 #pragma unroll
       for (int jj = 0; jj < kPassesPerPage; ++jj) {
         const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
-        const bool present = block >= 0 && (!decltype(bounded)::value || (key >= lo && key < hi));
+        const bool present = block >= 0 && (!kBounded || (key >= lo && key < hi));
         copy16(dst.base + half + KvTile<D>::offset(key, col),
                page_start + jj * kKeysPerPass * (2 * D) * 2, present);
       }
