@@ -6,7 +6,8 @@
 #   PATCHES="pairs_interior_path" PROFILES="tree:8192:2:0:0 pairs_interior_path:8192:2:0:0" \
 #     bash scripts/ncu_warp_state.sh          (on the device tool; carry [".kb_base"] for base)
 # Prints, per profile: duration, SM active cycles, executed instructions, warp cycles per issued
-# instruction and each stall reason's share of it (smsp__average_warps_issue_stalled_*); the
+# instruction (the sum of the reasons) and each stall reason's share of it
+# (smsp__average_warps_issue_stalled_*_per_issue_active.ratio); the
 # raw CSVs go to $OUT/ncu.csv.
 set -u
 OUT=${OUT:-$PWD/device_out}
@@ -19,7 +20,7 @@ for prof in ${PROFILES:-tree:8192:2:0:0}; do
   IFS=: read -r name L R W S <<<"$prof"
   timeout -s KILL 120 ncu --clock-control none --cache-control none --replay-mode application \
     -k regex:split_kernel -s 40 -c 1 --csv --page raw \
-    --metrics "gpu__time_duration.sum,sm__cycles_active.avg,smsp__inst_executed.sum,smsp__average_warps_issue_stalled_per_issue_active.ratio,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+    --metrics "gpu__time_duration.sum,sm__cycles_active.avg,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     "/tmp/exp_$name" "$L" "$R" "$W" "$S" >"/tmp/ncu_$name.$L.$R.csv" 2>/dev/null
   echo "== $prof rc=$?" | tee -a "$OUT/ncu.csv"
   grep -v '^==' "/tmp/ncu_$name.$L.$R.csv" >>"$OUT/ncu.csv"
@@ -34,10 +35,11 @@ m = {h: v for h, v in zip(hdr, vals)}
 def num(k):
     try: return float(m[k].replace(",", ""))
     except Exception: return float("nan")
+st = sorted(((num(k), k) for k in hdr
+             if k.startswith("smsp__average_warps_issue_stalled_") and k.endswith("_per_issue_active.ratio")), reverse=True)
 print(f"  duration {num('gpu__time_duration.sum'):.0f} ns, SM active {num('sm__cycles_active.avg'):.0f} cycles, "
-      f"instructions {num('smsp__inst_executed.sum'):.0f}, warp cycles / issue {num('smsp__average_warps_issue_stalled_per_issue_active.ratio'):.3f}")
-st = sorted(((num(k), k) for k in hdr if k.startswith("smsp__average_warps_issue_stalled_") and k.endswith("_per_issue_active.ratio")
-            and k != "smsp__average_warps_issue_stalled_per_issue_active.ratio"), reverse=True)
-print("  " + ", ".join(f"{k[len('smsp__average_warps_issue_stalled_'):-len('_per_issue_active.ratio')]} {v:.3f}" for v, k in st if v >= 0.01))
+      f"instructions {num('smsp__inst_executed.sum'):.0f}, warp cycles / issued instruction {sum(v for v, _ in st):.2f} "
+      "(the sum of the reasons, 'selected' the issue itself)")
+print("  " + ", ".join(f"{k[len('smsp__average_warps_issue_stalled_'):-len('_per_issue_active.ratio')]} {v:.2f}" for v, k in st if v >= 0.01))
 PY
 done
