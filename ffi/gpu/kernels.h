@@ -4,6 +4,7 @@
 #ifndef MUSE_ATTN_GPU_KERNELS_H_
 #define MUSE_ATTN_GPU_KERNELS_H_
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/vendor.h"
@@ -12,33 +13,47 @@
 namespace muse_attn::gpu {
 
 struct VerifyParams {
+  // Ordered by first use in the split kernel, because the parameters live in the constant bank
+  // (c[0x0][0x210] on) and an SM's first read of each 64-byte line is a miss that stalls the
+  // warp: ncu put ~12 % of a latency-bound split launch's PC samples on three such misses, one
+  // after the other, before seq_lens was even asked for (NOTES.md version 36). The first 48
+  // bytes (the line the global-memory descriptor at c[0x0][0x208] opens) hold all the kernel
+  // needs to ask for seq_lens; the second line what Q's copies and the block-table reads need.
+  // First line: which request, padding or not, its length.
+  const int32_t* seq_lens;    // [>= R]
+  const int32_t* num_reqs;    // scalar: real requests (clamped to [0, R] on the device)
+  FastDiv num_kv_heads;       // Hkv (the count the kernels divide by, as a multiply-shift
+                              // divisor, fast_div.h; .divisor() is the count itself)
+  int num_reqs_static;        // real requests if known at trace time (*num_reqs not read), or -1
+  int num_requests;           // R
+  int tokens;                 // NQ
+  int pages;                  // block-table width
+  int window;                 // 0: full attention
+  // Second line: Q's copies, the segment's cut, the block table and the cache.
   const uint16_t* q;          // [NQ*R, Hq, D] bf16
   const uint16_t* kv;         // [num_blocks, Hkv, 16, 2D] bf16
   const int32_t* table;       // [>= R, pages]
-  const int32_t* seq_lens;    // [>= R]
-  const int32_t* num_reqs;    // scalar: real requests (clamped to [0, R] on the device)
-  int num_reqs_static;        // real requests if known at trace time (*num_reqs not read), or -1
-  uint16_t* out;              // like q
-  uint16_t* part_o;           // [R*Hkv, S, rows, D] bf16, rows in partial_o_order.h's order
-  float* part_ml;             // [R*Hkv, S, rows, 2]
-  int64_t num_blocks;
   int64_t table_stride;       // elements between block-table rows
-  int num_requests;           // R
-  int tokens;                 // NQ
-  int num_q_heads, head_dim;
-  // The counts the kernels divide by, as multiply-shift divisors (fast_div.h; .divisor() is
-  // the count itself, 1 when left unset).
-  FastDiv num_kv_heads;       // Hkv
   FastDiv qpk;                // query heads a KV head
   FastDiv num_splits;         // S
   int rows;                   // NQ * qpk (blocks of kMaxRows)
-  int pages;                  // block-table width
-  int window;                 // 0: full attention
+  int num_q_heads;
+  // The rest: the mask, the partials, the merge (in an order that leaves sm_80's D = 128 merge
+  // without spills; five of seven orders tried spilled 8 bytes there).
+  int64_t num_blocks;
   float scale_log2;           // scale * log2(e)
+  int head_dim;
+  uint16_t* out;              // like q
+  uint16_t* part_o;           // [R*Hkv, S, rows, D] bf16, rows in partial_o_order.h's order
+  float* part_ml;             // [R*Hkv, S, rows, 2]
 #if defined(MUSE_ATTN_TIMELINE)
   uint64_t* timeline;         // timeline.h stamps (kernel_bench only)
 #endif
 };
+// The first line's fields in its 48 bytes, the second's in the next 64 (the bank's lines are
+// 64-byte aligned and the parameters start 16 bytes into one).
+static_assert(offsetof(VerifyParams, window) + sizeof(int) <= 48, "first line of the parameters");
+static_assert(offsetof(VerifyParams, num_q_heads) + sizeof(int) <= 48 + 64, "second line");
 
 // The static sizes of VerifyParams, which launch geometry and plan_launch() read (the
 // pointers and num_blocks / table_stride / scale_log2 left unset): filled once here for the
