@@ -16,6 +16,9 @@ import subprocess
 import sys
 import zlib
 
+import numpy as np
+import pytest
+
 # Several pytest workers (-n) share one GPU: without this each preallocates 75 % of its memory
 # when JAX starts and most GPU tests fail on out-of-memory (set before jax is imported; an
 # explicit setting in the environment wins).
@@ -23,8 +26,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
