@@ -4,8 +4,9 @@
 #   bash scripts/device_check.sh [STEP ...]
 # Steps (default: build tests cb selftest memcheck racecheck):
 #   build      pip install --no-build-isolation --no-deps -e .   (the CUDA handler: sm_90a, sm_90 PTX)
-#   tests      pytest -n 8 over the whole suite (every ffi test runs on the CUDA handler); killed
-#              after TESTS_LIMIT s (default 540; the suite took 425 s on an H200 in session 25)
+#   tests      pytest -n 8 over the whole suite (every ffi test runs on the CUDA handler; --dist
+#              worksteal where pytest-xdist has it); killed after TESTS_LIMIT s (default 540; the
+#              suite took 313-425 s on an H200 in sessions 25-37)
 #   cb         scripts/command_buffer_check.py (command buffers on/off, thunk dump)
 #   selftest   compute-sanitizer on a planted OOB write / race: does the tool work here?
 #   memcheck   compute-sanitizer memcheck on scripts/sanitize_cases.py (SANITIZE_QUICK=1)
@@ -67,7 +68,14 @@ build_kernel_bench() {  # out_binary log_name extra_nvcc_flags...: benchmarks/ke
 for s in "${steps[@]}"; do
   case $s in
     build) run_step build 240 python3 -m pip install --no-build-isolation --no-deps -q -e "$ROOT" ;;
-    tests) run_step tests "${TESTS_LIMIT:-540}" python3 -m pytest -q -n 8 -p no:benchmark --durations=15 "$ROOT/tests" ;;
+    tests)  # work stealing (pytest-xdist >= 3.2) where the workers have it: with the default
+      # "load" schedule one worker was handed the launch-mode tests' 10 pytest subprocesses
+      # (18-75 s each) in a row and ran them one after another at the end (session 38: past
+      # 330 and 420 s, against 313 s for the same suite spread over the workers in session 37)
+      xdist_mode=load
+      python3 -c "import xdist.scheduler as s; s.WorkStealingScheduling" 2>/dev/null && xdist_mode=worksteal
+      run_step tests "${TESTS_LIMIT:-540}" python3 -m pytest -q -n 8 --dist "$xdist_mode" -p no:benchmark \
+        --durations=15 "$ROOT/tests" ;;
     cb) run_step cb 150 python3 "$ROOT/scripts/command_buffer_check.py" ;;
     selftest)
       nvcc -arch=sm_90 -o /tmp/sanitizer_selftest "$ROOT/scripts/sanitizer_selftest.cu" >"$LOGS/selftest_build.log" 2>&1

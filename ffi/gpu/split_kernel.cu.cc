@@ -163,7 +163,13 @@ inline constexpr float kRescaleSlack = MUSE_ATTN_RESCALE_SLACK;
 // One tile after its scores (w.scores): masks a boundary tile, runs the online softmax on the
 // raw scores in the exp2 domain (m kept scaled, p = exp2(s * c - m); softmax_state.h rules) and
 // accumulates P V.
-template <int D, int R>
+// kMasksFirst: the masks of all the lane's rows under one branch before the rows' softmax, so
+// that the unmasked path jumps over them once, not once a row (each jump's target was an
+// instruction-fetch stall, ncu, benchmarks/NOTES.md version 37). The ping-pong kernel only:
+// kernels alone 0.03-0.15 us off its configs (0.1-0.4 %); the plain and fill-ring kernels took
+// 4-6 more registers with it and were up to 0.14 us slower, and the two-tile step with its masks
+// under one branch gained at some configs and lost at others (+-0.07 us).
+template <bool kMasksFirst, int D, int R>
 __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                        const KvTile<D>& tile, int t, unsigned pages_ok,
                                                        bool boundary, const LaneMask<R>& mask,
@@ -171,9 +177,13 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
   using Warp = WarpAttention<D>;
   constexpr int N = Warp::kScoresPerRow;
   float factor[R];
+  if (kMasksFirst && boundary) {
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) mask_scores(w, w.s[rr], rr, t, pages_ok, mask);
+  }
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
-    if (boundary) mask_scores(w, w.s[rr], rr, t, pages_ok, mask);
+    if (!kMasksFirst && boundary) mask_scores(w, w.s[rr], rr, t, pages_ok, mask);
     // scale > 0: the max commutes with it; -inf stays -inf.
     const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * scale_log2;
     // -inf + slack stays -inf: a row's first visible key always sets its max.
@@ -454,7 +464,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
     }
     w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
-    softmax_and_accumulate(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
+    softmax_and_accumulate<false>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
@@ -618,7 +628,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
     w.scores(tile);
     if (i + team < n_other) their_turn();  // once this team's scores are in
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
-    softmax_and_accumulate(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
+    softmax_and_accumulate<true>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     team_bar();  // the team's stage is refilled next iteration
   }
   copy_wait<0>();
