@@ -763,6 +763,48 @@ def _run_worker(mode, args, names, progress, tmpdir, env_extra):
     return out, plan
 
 
+def source_fingerprint(root=None):
+    """What the run measured, so that a result file names its code whatever --name says: SHA-256
+    digests (first 12 hex digits) of the kernels' sources (ffi/) and of this package's Python
+    (jax_muse_attn/*.py) in the checkout the package is imported from, and the git commit and
+    whether those paths differ from it where git and the .git directory are there (the device
+    machine's copy of a tree has none). None for what is not there (an installed wheel has no
+    ffi/). It fingerprints the sources, not the built extension: an editable install rebuilt
+    after the last edit (`pip install -e .`) is what makes the two the same."""
+    import hashlib
+
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def digest(sub, suffixes):
+        top = os.path.join(root, sub)
+        if not os.path.isdir(top):
+            return None
+        h = hashlib.sha256()
+        for dirpath, dirnames, files in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+            for fn in sorted(files):
+                if fn.endswith(suffixes):
+                    path = os.path.join(dirpath, fn)
+                    h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read() + b"\0")
+        return h.hexdigest()[:12]
+
+    out = dict(ffi_sha256=digest("ffi", (".h", ".cc", ".cmake", ".txt")),
+               python_sha256=digest("jax_muse_attn", (".py",)), git_commit=None, git_dirty=None)
+    if os.path.isdir(os.path.join(root, ".git")):
+        try:
+            git = ["git", "-C", root]
+            out["git_commit"] = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True,
+                                               text=True, timeout=10, check=True).stdout.strip()
+            out["git_dirty"] = bool(subprocess.run(
+                git + ["status", "--porcelain", "--", "ffi", "jax_muse_attn"], capture_output=True,
+                text=True, timeout=10, check=True).stdout.strip())
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return out
+
+
 def _device_name(kind):
     s = (kind or "unknown").lower().replace("nvidia", "").strip()
     return re.sub(r"[^a-z0-9]+", "_", s).strip("_") or "unknown"
@@ -968,7 +1010,8 @@ def parent(args):
     name = args.name or _device_name(env.get("device_kind") if env.get("platform") != "cpu" else "cpu")
     meta = dict(started=started, finished=datetime.datetime.now().isoformat(timespec="seconds"),
                 argv=sys.argv, args={k: v for k, v in vars(args).items()}, name=name,
-                modes={m: MODES[m] for m in modes}, tolerance=dict(atol=ATOL, rtol=RTOL), method=__doc__)
+                modes={m: MODES[m] for m in modes}, tolerance=dict(atol=ATOL, rtol=RTOL),
+                source=source_fingerprint(), method=__doc__)
     return write_outputs(args.out, name, meta, cfgs, modes, torch_res, errors, args.repeats)
 
 
@@ -990,8 +1033,12 @@ def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors, repeats):
         else:
             fl.append(f"{k}={_fmt(v, 2)}")
     fi_state = torch_res.get("unavailable") or f"FlashInfer {torch_res.get('flashinfer', {}).get('version', '?')}"
+    src = meta.get("source") or {}  # absent in runs saved before session 38
     header = (f"device {env.get('device_kind')} ({env.get('platform')}), jax {env.get('jax')}, "
-              f"{fi_state}, repeats {repeats}")
+              f"{fi_state}, repeats {repeats}"
+              + (f", sources ffi {src.get('ffi_sha256')} python {src.get('python_sha256')}"
+                 + (f" git {src['git_commit'][:12]}{'+dirty' if src.get('git_dirty') else ''}"
+                    if src.get("git_commit") else "") if src else ""))
     text = "\n".join([header, "", table, "", "floors: " + "; ".join(fl)] + (["", "errors:"] + errors if errors else []))
     print(text)
     out = dict(meta=meta,

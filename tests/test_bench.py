@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 
 import pytest
 
@@ -41,6 +42,10 @@ def test_bench_smoke(tmp_path):
     cells = dict(zip([h.strip() for h in header.strip("|").split("|")],
                      [c.strip() for c in first.strip("|").split("|")]))
     assert cells["splits"] == str(row["num_splits"])
+    # The run names the sources it measured (whatever --name says), in the JSON and the table.
+    src = out["meta"]["source"]
+    assert re.fullmatch(r"[0-9a-f]{12}", src["ffi_sha256"]) and re.fullmatch(r"[0-9a-f]{12}", src["python_sha256"])
+    assert f"sources ffi {src['ffi_sha256']} python {src['python_sha256']}" in (tmp_path / "smoke.md").read_text()
     # --render: the same summary and table from the saved raw figures, nothing measured.
     again = tmp_path / "again"
     again.mkdir()
@@ -132,3 +137,27 @@ def test_budget_left_unused_goes_to_later_workers():
     # The last worker gets everything left; a worker starting past the end gets no time.
     assert bench.worker_deadline(500.0, end, parts[2:]) == pytest.approx(end)
     assert bench.worker_deadline(600.0, end, parts[1:]) == 600.0
+
+
+def test_source_fingerprint_follows_the_sources(tmp_path):
+    (tmp_path / "ffi" / "gpu").mkdir(parents=True)
+    (tmp_path / "jax_muse_attn" / "__pycache__").mkdir(parents=True)
+    (tmp_path / "ffi" / "gpu" / "split_kernel.cu.cc").write_text("kernel v1\n")
+    (tmp_path / "ffi" / "CMakeLists.txt").write_text("cmake\n")
+    (tmp_path / "jax_muse_attn" / "attention.py").write_text("x = 1\n")
+    first = bench.source_fingerprint(str(tmp_path))
+    assert first["git_commit"] is None and first["git_dirty"] is None  # no .git here
+    # Build outputs and caches do not count; a byte of a kernel source or a module does.
+    (tmp_path / "jax_muse_attn" / "__pycache__" / "attention.cpython-312.pyc").write_bytes(b"\0")
+    (tmp_path / "jax_muse_attn" / "_muse_attn.so").write_bytes(b"\0")
+    assert bench.source_fingerprint(str(tmp_path)) == first
+    (tmp_path / "ffi" / "gpu" / "split_kernel.cu.cc").write_text("kernel v2\n")
+    second = bench.source_fingerprint(str(tmp_path))
+    assert second["ffi_sha256"] != first["ffi_sha256"] and second["python_sha256"] == first["python_sha256"]
+    (tmp_path / "jax_muse_attn" / "attention.py").write_text("x = 2\n")
+    assert bench.source_fingerprint(str(tmp_path))["python_sha256"] != first["python_sha256"]
+    # A file moved between directories changes the digest even with the same bytes.
+    (tmp_path / "ffi" / "gpu" / "split_kernel.cu.cc").rename(tmp_path / "ffi" / "split_kernel.cu.cc")
+    assert bench.source_fingerprint(str(tmp_path))["ffi_sha256"] != second["ffi_sha256"]
+    # An installed wheel has no ffi/: None, not a digest of nothing.
+    assert bench.source_fingerprint(str(tmp_path / "jax_muse_attn"))["ffi_sha256"] is None
