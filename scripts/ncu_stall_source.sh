@@ -11,12 +11,13 @@ set -u
 OUT=${OUT:-$PWD/device_out}
 export OUT
 mkdir -p "$OUT"
-BUILD_ONLY=1 bash benchmarks/experiments/measure.sh --no-patches >"$OUT/stall_build.txt" 2>&1
+# shellcheck source=scripts/ncu_common.sh
+. "$(dirname "$0")/ncu_common.sh"
+ncu_build "$OUT/stall_build.txt"
 for prof in ${PROFILES:-8192:1:0:0}; do
   IFS=: read -r L R W S <<<"$prof"
   rep="/tmp/stall_${L}_${R}"
-  timeout -s KILL 150 ncu --clock-control none --cache-control none --replay-mode application \
-    -k regex:split_kernel -s 40 -c 1 --section SourceCounters --section WarpStateStats \
+  timeout -s KILL 150 ncu "${NCU_SPLIT_LAUNCH[@]}" --section SourceCounters --section WarpStateStats \
     --warp-sampling-interval 0 -f -o "$rep" /tmp/exp_tree "$L" "$R" "$W" "$S" >"$rep.log" 2>&1
   echo "== $prof rc=$?"
   ncu -i "$rep.ncu-rep" --page source --print-source sass --csv >"$OUT/stall_${L}_${R}.csv" 2>>"$rep.log"

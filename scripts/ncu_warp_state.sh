@@ -13,13 +13,14 @@ set -u
 OUT=${OUT:-$PWD/device_out}
 export OUT
 mkdir -p "$OUT"
+# shellcheck source=scripts/ncu_common.sh
+. "$(dirname "$0")/ncu_common.sh"
 # shellcheck disable=SC2086
-BUILD_ONLY=1 bash benchmarks/experiments/measure.sh ${PATCHES:---no-patches} >"$OUT/ncu_build.txt" 2>&1
+ncu_build "$OUT/ncu_build.txt" ${PATCHES:-}
 : >"$OUT/ncu.csv"
 for prof in ${PROFILES:-tree:8192:2:0:0}; do
   IFS=: read -r name L R W S <<<"$prof"
-  timeout -s KILL 120 ncu --clock-control none --cache-control none --replay-mode application \
-    -k regex:split_kernel -s 40 -c 1 --csv --page raw \
+  timeout -s KILL 120 ncu "${NCU_SPLIT_LAUNCH[@]}" --csv --page raw \
     --metrics "gpu__time_duration.sum,sm__cycles_active.avg,smsp__inst_executed.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     "/tmp/exp_$name" "$L" "$R" "$W" "$S" >"/tmp/ncu_$name.$L.$R.csv" 2>/dev/null
   echo "== $prof rc=$?" | tee -a "$OUT/ncu.csv"
