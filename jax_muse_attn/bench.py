@@ -792,16 +792,17 @@ def source_fingerprint(root=None):
 
     out = dict(ffi_sha256=digest("ffi", (".h", ".cc", ".cmake", ".txt")),
                python_sha256=digest("jax_muse_attn", (".py",)), git_commit=None, git_dirty=None)
-    if os.path.isdir(os.path.join(root, ".git")):
+    if os.path.exists(os.path.join(root, ".git")):  # a directory, or a file in a git worktree
+        git = ["git", "-C", root]
         try:
-            git = ["git", "-C", root]
-            out["git_commit"] = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True,
-                                               text=True, timeout=10, check=True).stdout.strip()
-            out["git_dirty"] = bool(subprocess.run(
-                git + ["status", "--porcelain", "--", "ffi", "jax_muse_attn"], capture_output=True,
-                text=True, timeout=10, check=True).stdout.strip())
+            commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                                    timeout=10, check=True).stdout.strip()
+            status = subprocess.run(git + ["status", "--porcelain", "--", "ffi", "jax_muse_attn"],
+                                    capture_output=True, text=True, timeout=10, check=True).stdout
         except (OSError, subprocess.SubprocessError):
-            pass
+            pass  # no git, or not a repository after all: neither is known
+        else:
+            out["git_commit"], out["git_dirty"] = commit, bool(status.strip())
     return out
 
 

@@ -69,9 +69,9 @@ for s in "${steps[@]}"; do
   case $s in
     build) run_step build 240 python3 -m pip install --no-build-isolation --no-deps -q -e "$ROOT" ;;
     tests)  # work stealing (pytest-xdist >= 3.2) where the workers have it: with the default
-      # "load" schedule one worker was handed the launch-mode tests' 10 pytest subprocesses
-      # (18-75 s each) in a row and ran them one after another at the end (session 38: past
-      # 330 and 420 s, against 313 s for the same suite spread over the workers in session 37)
+      # "load" schedule one worker was handed nine of the launch-mode tests' ten pytest
+      # subprocesses (18-22 s alone, up to 108 s beside the other workers) in a row and ran them
+      # one after another at the end (session 38: past 330 and 420 s, against 313 s in session 37)
       xdist_mode=load
       python3 -c "import xdist.scheduler as s; s.WorkStealingScheduling" 2>/dev/null && xdist_mode=worksteal
       run_step tests "${TESTS_LIMIT:-540}" python3 -m pytest -q -n 8 --dist "$xdist_mode" -p no:benchmark \

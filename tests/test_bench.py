@@ -147,8 +147,10 @@ def test_source_fingerprint_follows_the_sources(tmp_path):
     (tmp_path / "jax_muse_attn" / "attention.py").write_text("x = 1\n")
     first = bench.source_fingerprint(str(tmp_path))
     assert first["git_commit"] is None and first["git_dirty"] is None  # no .git here
-    # Build outputs and caches do not count; a byte of a kernel source or a module does.
+    # Build outputs and caches do not count (a .py under __pycache__ neither); a byte of a kernel
+    # source or a module does.
     (tmp_path / "jax_muse_attn" / "__pycache__" / "attention.cpython-312.pyc").write_bytes(b"\0")
+    (tmp_path / "jax_muse_attn" / "__pycache__" / "stray.py").write_text("y = 1\n")
     (tmp_path / "jax_muse_attn" / "_muse_attn.so").write_bytes(b"\0")
     assert bench.source_fingerprint(str(tmp_path)) == first
     (tmp_path / "ffi" / "gpu" / "split_kernel.cu.cc").write_text("kernel v2\n")
@@ -161,3 +163,30 @@ def test_source_fingerprint_follows_the_sources(tmp_path):
     assert bench.source_fingerprint(str(tmp_path))["ffi_sha256"] != second["ffi_sha256"]
     # An installed wheel has no ffi/: None, not a digest of nothing.
     assert bench.source_fingerprint(str(tmp_path / "jax_muse_attn"))["ffi_sha256"] is None
+
+
+def test_source_fingerprint_names_the_git_commit(tmp_path):
+    import shutil
+    import subprocess
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("no git on this machine")
+    (tmp_path / "ffi").mkdir()
+    (tmp_path / "jax_muse_attn").mkdir()
+    (tmp_path / "ffi" / "kernels.h").write_text("v1\n")
+    (tmp_path / "jax_muse_attn" / "attention.py").write_text("x = 1\n")
+    (tmp_path / "notes.md").write_text("not a source\n")
+
+    def run(*args):
+        return subprocess.run([git, "-C", str(tmp_path), *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    run("init", "-q")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    fp = bench.source_fingerprint(str(tmp_path))
+    assert fp["git_commit"] == run("rev-parse", "HEAD") and fp["git_dirty"] is False
+    (tmp_path / "notes.md").write_text("edited, outside ffi/ and the package\n")
+    assert bench.source_fingerprint(str(tmp_path))["git_dirty"] is False
+    (tmp_path / "ffi" / "kernels.h").write_text("v2\n")
+    assert bench.source_fingerprint(str(tmp_path))["git_dirty"] is True
