@@ -806,6 +806,17 @@ def source_fingerprint(root=None):
     return out
 
 
+def _sources_text(src):
+    """The table header's account of source_fingerprint()'s result ("" for runs saved before
+    session 38, which have none)."""
+    if not src:
+        return ""
+    text = f", sources ffi {src.get('ffi_sha256')} python {src.get('python_sha256')}"
+    if src.get("git_commit"):
+        text += f" git {src['git_commit'][:12]}{'+dirty' if src.get('git_dirty') else ''}"
+    return text
+
+
 def _device_name(kind):
     s = (kind or "unknown").lower().replace("nvidia", "").strip()
     return re.sub(r"[^a-z0-9]+", "_", s).strip("_") or "unknown"
@@ -963,6 +974,7 @@ def parent(args):
     progress = _Progress()
     os.makedirs(args.out, exist_ok=True)
     started = datetime.datetime.now().isoformat(timespec="seconds")
+    source = source_fingerprint()  # the sources as the run starts (not as it ends)
     modes, plan, errors = {}, None, []
     t_start = time.time()
     # --budget-s: workers run one after the other; each, when it starts, gets its part of the time
@@ -1012,7 +1024,7 @@ def parent(args):
     meta = dict(started=started, finished=datetime.datetime.now().isoformat(timespec="seconds"),
                 argv=sys.argv, args={k: v for k, v in vars(args).items()}, name=name,
                 modes={m: MODES[m] for m in modes}, tolerance=dict(atol=ATOL, rtol=RTOL),
-                source=source_fingerprint(), method=__doc__)
+                source=source, method=__doc__)
     return write_outputs(args.out, name, meta, cfgs, modes, torch_res, errors, args.repeats)
 
 
@@ -1034,12 +1046,8 @@ def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors, repeats):
         else:
             fl.append(f"{k}={_fmt(v, 2)}")
     fi_state = torch_res.get("unavailable") or f"FlashInfer {torch_res.get('flashinfer', {}).get('version', '?')}"
-    src = meta.get("source") or {}  # absent in runs saved before session 38
     header = (f"device {env.get('device_kind')} ({env.get('platform')}), jax {env.get('jax')}, "
-              f"{fi_state}, repeats {repeats}"
-              + (f", sources ffi {src.get('ffi_sha256')} python {src.get('python_sha256')}"
-                 + (f" git {src['git_commit'][:12]}{'+dirty' if src.get('git_dirty') else ''}"
-                    if src.get("git_commit") else "") if src else ""))
+              f"{fi_state}, repeats {repeats}{_sources_text(meta.get('source'))}")
     text = "\n".join([header, "", table, "", "floors: " + "; ".join(fl)] + (["", "errors:"] + errors if errors else []))
     print(text)
     out = dict(meta=meta,
