@@ -763,17 +763,25 @@ def _run_worker(mode, args, names, progress, tmpdir, env_extra):
     return out, plan
 
 
-def source_fingerprint(root=None):
+_LOADED = object()  # source_fingerprint's default: the extension this process imported
+
+
+def source_fingerprint(root=None, extension=_LOADED):
     """What the run measured, so that a result file names its code whatever --name says: SHA-256
     digests (first 12 hex digits) of the kernels' sources (ffi/) and of this package's Python
     (jax_muse_attn/*.py) in the checkout the package is imported from, and the git commit and
     whether those paths differ from it where git and the .git directory are there (the device
     machine's copy of a tree has none). None for what is not there (an installed wheel has no
-    ffi/). It fingerprints the sources, not the built extension: an editable install rebuilt
-    after the last edit (`pip install -e .`) is what makes the two the same."""
+    ffi/). The built extension the run loads is named too: `extension_sha256`, the digest of its
+    file (`extension`, None where it is not built), and `extension_stale`, true where a kernel
+    source is newer than that file (an editable install not rebuilt after an edit: the run then
+    measured older kernels than `ffi_sha256` names; None where either is missing)."""
     import hashlib
 
     root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if extension is _LOADED:
+        from jax_muse_attn import _ffi
+        extension = getattr(_ffi._MODULE, "__file__", None)
 
     def digest(sub, suffixes):
         top = os.path.join(root, sub)
@@ -791,7 +799,15 @@ def source_fingerprint(root=None):
         return h.hexdigest()[:12]
 
     out = dict(ffi_sha256=digest("ffi", (".h", ".cc", ".cmake", ".txt")),
-               python_sha256=digest("jax_muse_attn", (".py",)), git_commit=None, git_dirty=None)
+               python_sha256=digest("jax_muse_attn", (".py",)), git_commit=None, git_dirty=None,
+               extension_sha256=None, extension_stale=None)
+    if extension and os.path.isfile(extension):
+        with open(extension, "rb") as f:
+            out["extension_sha256"] = hashlib.sha256(f.read()).hexdigest()[:12]
+        newest = max((os.path.getmtime(os.path.join(d, fn)) for d, _, files in os.walk(os.path.join(root, "ffi"))
+                      for fn in files if fn.endswith((".h", ".cc"))), default=None)
+        if newest is not None:
+            out["extension_stale"] = newest > os.path.getmtime(extension)
     if os.path.exists(os.path.join(root, ".git")):  # a directory, or a file in a git worktree
         git = ["git", "-C", root]
         try:
@@ -814,6 +830,10 @@ def _sources_text(src):
     text = f", sources ffi {src.get('ffi_sha256')} python {src.get('python_sha256')}"
     if src.get("git_commit"):
         text += f" git {src['git_commit'][:12]}{'+dirty' if src.get('git_dirty') else ''}"
+    if src.get("extension_sha256"):
+        text += f", extension {src['extension_sha256']}"
+        if src.get("extension_stale"):
+            text += " (OLDER THAN THE SOURCES: rebuild with pip install -e .)"
     return text
 
 
@@ -975,6 +995,9 @@ def parent(args):
     os.makedirs(args.out, exist_ok=True)
     started = datetime.datetime.now().isoformat(timespec="seconds")
     source = source_fingerprint()  # the sources as the run starts (not as it ends)
+    if source.get("extension_stale"):
+        print("WARNING: the built extension is older than a kernel source under ffi/; this run "
+              "measures the old build (rebuild: pip install --no-build-isolation -e .)", file=sys.stderr)
     modes, plan, errors = {}, None, []
     t_start = time.time()
     # --budget-s: workers run one after the other; each, when it starts, gets its part of the time

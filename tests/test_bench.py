@@ -165,6 +165,40 @@ def test_source_fingerprint_follows_the_sources(tmp_path):
     assert bench.source_fingerprint(str(tmp_path / "jax_muse_attn"))["ffi_sha256"] is None
 
 
+def test_source_fingerprint_names_the_built_extension(tmp_path):
+    import os
+    (tmp_path / "ffi").mkdir()
+    (tmp_path / "jax_muse_attn").mkdir()
+    kernel = tmp_path / "ffi" / "split_kernel.cu.cc"
+    kernel.write_text("kernel v1\n")
+    ext = tmp_path / "jax_muse_attn" / "_muse_attn.so"
+    ext.write_bytes(b"build one")
+    os.utime(kernel, (1000, 1000))
+    os.utime(ext, (2000, 2000))
+    fp = bench.source_fingerprint(str(tmp_path), extension=str(ext))
+    assert fp["extension_sha256"] and fp["extension_stale"] is False
+    assert ", extension " + fp["extension_sha256"] in bench._sources_text(fp)
+    assert "OLDER" not in bench._sources_text(fp)
+    ext.write_bytes(b"build two")  # another build: another digest
+    os.utime(ext, (2000, 2000))
+    assert bench.source_fingerprint(str(tmp_path), extension=str(ext))["extension_sha256"] != fp["extension_sha256"]
+    os.utime(kernel, (3000, 3000))  # a kernel edited after the build
+    stale = bench.source_fingerprint(str(tmp_path), extension=str(ext))
+    assert stale["extension_stale"] is True and "OLDER THAN THE SOURCES" in bench._sources_text(stale)
+    # Not built (or not found): neither is known.
+    missing = bench.source_fingerprint(str(tmp_path), extension=str(tmp_path / "nothing.so"))
+    assert missing["extension_sha256"] is None and missing["extension_stale"] is None
+    assert bench.source_fingerprint(str(tmp_path), extension=None)["extension_sha256"] is None
+
+
+def test_source_fingerprint_finds_the_loaded_extension():
+    from jax_muse_attn import _ffi
+    if _ffi._MODULE is None:
+        pytest.skip("the extension is not built here")
+    fp = bench.source_fingerprint()
+    assert fp["extension_sha256"] and len(fp["extension_sha256"]) == 12
+
+
 def test_source_fingerprint_names_the_git_commit(tmp_path):
     import shutil
     import subprocess
