@@ -1,7 +1,10 @@
 """A representative set of verify_attention calls on the FFI backend, each checked against the
 jnp reference: run it under compute-sanitizer (memcheck, racecheck) on a GPU machine.
 
-    compute-sanitizer --tool memcheck python scripts/sanitize_cases.py
+    XLA_FLAGS=--xla_gpu_autotune_level=0 compute-sanitizer --tool memcheck python scripts/sanitize_cases.py
+
+XLA's autotuner must be off under compute-sanitizer: with it on, the tool segfaulted inside the
+JAX process before any report (its delay kernel times out there; session 39).
 """
 
 import os
