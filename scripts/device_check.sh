@@ -6,11 +6,12 @@
 #   build      pip install --no-build-isolation --no-deps -e .   (the CUDA handler: sm_90a, sm_90 PTX)
 #   tests      pytest -n 8 over the whole suite (every ffi test runs on the CUDA handler; --dist
 #              worksteal where pytest-xdist has it); killed after TESTS_LIMIT s (default 540; the
-#              suite took 313-425 s on an H200 in sessions 25-37)
+#              suite took 313-425 s on an H200 in sessions 25-37, 272 s under work stealing in 39)
 #   cb         scripts/command_buffer_check.py (command buffers on/off, thunk dump)
 #   selftest   compute-sanitizer on a planted OOB write / race: does the tool work here?
-#   memcheck   compute-sanitizer memcheck on scripts/sanitize_cases.py (SANITIZE_QUICK=1)
-#   racecheck  compute-sanitizer racecheck on the same
+#   memcheck   compute-sanitizer memcheck on scripts/sanitize_cases.py (6 cases; SANITIZE_QUICK=1: 2),
+#              XLA's autotuner off (25 s on an H200, session 39)
+#   racecheck  compute-sanitizer racecheck on the same (38 s)
 #   bench      python -m jax_muse_attn.bench $BENCH_ARGS (default --budget-s 550); FlashInfer is
 #              extracted to /tmp/site first when .fi/flashinfer_site.tar.gz was carried
 #   kb         benchmarks/kernel_bench.cu: the CUDA kernels alone, timed (no JAX; KB_FLAGS: nvcc
