@@ -764,6 +764,8 @@ def _run_worker(mode, args, names, progress, tmpdir, env_extra):
 
 
 _LOADED = object()  # source_fingerprint's default: the extension this process imported
+_FFI_SOURCES = (".h", ".cc", ".cmake", ".txt")  # what ffi_sha256 hashes and extension_stale compares
+REBUILD = "pip install --no-build-isolation -e ."  # the advice where the extension is stale
 
 
 def source_fingerprint(root=None, extension=_LOADED):
@@ -775,10 +777,15 @@ def source_fingerprint(root=None, extension=_LOADED):
     ffi/). The built extension the run loads is named too: `extension_sha256`, the digest of its
     file (`extension`, None where it is not built), and `extension_stale`, true where a kernel
     source is newer than that file (an editable install not rebuilt after an edit: the run then
-    measured older kernels than `ffi_sha256` names; None where either is missing)."""
+    measured older kernels than `ffi_sha256` names; None where either is missing). The default
+    `extension` is the one this process imported where `root` is the package's own checkout, and
+    none for another `root`."""
     import hashlib
 
-    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    own_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if extension is _LOADED and root not in (None, own_root):
+        extension = None  # another tree's sources against this process's build: not comparable
+    root = root or own_root
     if extension is _LOADED:
         from jax_muse_attn import _ffi
         extension = getattr(_ffi._MODULE, "__file__", None)
@@ -798,14 +805,14 @@ def source_fingerprint(root=None, extension=_LOADED):
                         h.update(f.read() + b"\0")
         return h.hexdigest()[:12]
 
-    out = dict(ffi_sha256=digest("ffi", (".h", ".cc", ".cmake", ".txt")),
+    out = dict(ffi_sha256=digest("ffi", _FFI_SOURCES),
                python_sha256=digest("jax_muse_attn", (".py",)), git_commit=None, git_dirty=None,
                extension_sha256=None, extension_stale=None)
     if extension and os.path.isfile(extension):
         with open(extension, "rb") as f:
             out["extension_sha256"] = hashlib.sha256(f.read()).hexdigest()[:12]
         newest = max((os.path.getmtime(os.path.join(d, fn)) for d, _, files in os.walk(os.path.join(root, "ffi"))
-                      for fn in files if fn.endswith((".h", ".cc"))), default=None)
+                      for fn in files if fn.endswith(_FFI_SOURCES)), default=None)
         if newest is not None:
             out["extension_stale"] = newest > os.path.getmtime(extension)
     if os.path.exists(os.path.join(root, ".git")):  # a directory, or a file in a git worktree
@@ -833,7 +840,7 @@ def _sources_text(src):
     if src.get("extension_sha256"):
         text += f", extension {src['extension_sha256']}"
         if src.get("extension_stale"):
-            text += " (OLDER THAN THE SOURCES: rebuild with pip install -e .)"
+            text += f" (OLDER THAN THE SOURCES: rebuild with {REBUILD})"
     return text
 
 
@@ -997,7 +1004,7 @@ def parent(args):
     source = source_fingerprint()  # the sources as the run starts (not as it ends)
     if source.get("extension_stale"):
         print("WARNING: the built extension is older than a kernel source under ffi/; this run "
-              "measures the old build (rebuild: pip install --no-build-isolation -e .)", file=sys.stderr)
+              f"measures the old build (rebuild: {REBUILD})", file=sys.stderr)
     modes, plan, errors = {}, None, []
     t_start = time.time()
     # --budget-s: workers run one after the other; each, when it starts, gets its part of the time

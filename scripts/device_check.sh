@@ -83,8 +83,8 @@ for s in "${steps[@]}"; do
       run_step selftest_mem 60 compute-sanitizer --tool memcheck /tmp/sanitizer_selftest
       run_step selftest_race 60 compute-sanitizer --tool racecheck /tmp/sanitizer_selftest ;;
     # XLA's autotuner off under compute-sanitizer: its delay kernel timed out there and the JAX
-    # process segfaulted inside the tool before any report (sessions 13-38, blamed on PDL until
-    # session 39 found the autotuner); with it off, memcheck (PDL on and off) and racecheck of
+    # process segfaulted inside the tool before any report (logged in sessions 13, 26 and 39;
+    # blamed on PDL until session 39 found the autotuner); with it off, memcheck (PDL on and off) and racecheck of
     # the JAX process run clean. SANITIZE_QUICK=1 (two cases) where the caller sets it.
     memcheck) XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_ALLOCATOR=platform \
         run_step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
@@ -150,8 +150,9 @@ for s in "${steps[@]}"; do
     kbnopdl) MUSE_ATTN_PDL=0 TAIL_LINES=12 run_step kbnopdl 120 /tmp/kernel_bench ;;  # after kb
     kbsan)  # after kb: racecheck and memcheck on the kernels alone (no JAX), clean and poisoned;
       # KBSAN_ARGS: configs (L R window splits ...). The default takes every split kernel the plan
-      # picks on an H200: two-tile (2k R=4, 8k R = 1-2), fill-ring (8k R=4), ping-pong (32k R=4),
-      # plain (4k R=3 SWA 256, 8k R=5, 1k R=2 with 3 splits), and the SWA path (32k R=2)
+      # picks on an H200 (session 39's plan query): two-tile (2k R=4, 4k R=3 SWA 256, 32k R=2 SWA
+      # 2048, 8k R = 1-2), fill-ring (8k R=4; 8k R=5 with the merge launched plainly), ping-pong
+      # (32k R=4), plain (1k R=2 with 3 splits)
       kbsan_default="2048 4 0 0 4096 3 256 0 32768 2 2048 0 8192 5 0 0 1000 2 0 3 8192 1 0 0 8192 2 0 0 8192 4 0 0 32768 4 0 0"
       for tool in racecheck memcheck; do
         for poison in 0 1; do

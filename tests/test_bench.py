@@ -182,9 +182,18 @@ def test_source_fingerprint_names_the_built_extension(tmp_path):
     ext.write_bytes(b"build two")  # another build: another digest
     os.utime(ext, (2000, 2000))
     assert bench.source_fingerprint(str(tmp_path), extension=str(ext))["extension_sha256"] != fp["extension_sha256"]
+    os.utime(kernel, (2000, 2000))  # edited in the same second as the build: not stale
+    assert bench.source_fingerprint(str(tmp_path), extension=str(ext))["extension_stale"] is False
     os.utime(kernel, (3000, 3000))  # a kernel edited after the build
     stale = bench.source_fingerprint(str(tmp_path), extension=str(ext))
     assert stale["extension_stale"] is True and "OLDER THAN THE SOURCES" in bench._sources_text(stale)
+    os.utime(kernel, (1000, 1000))
+    cmake = tmp_path / "ffi" / "CMakeLists.txt"  # build flags count as sources too
+    cmake.write_text("flags\n")
+    os.utime(cmake, (3000, 3000))
+    assert bench.source_fingerprint(str(tmp_path), extension=str(ext))["extension_stale"] is True
+    # Another tree's sources are not compared with this process's build by default.
+    assert bench.source_fingerprint(str(tmp_path))["extension_sha256"] is None
     # Not built (or not found): neither is known.
     missing = bench.source_fingerprint(str(tmp_path), extension=str(tmp_path / "nothing.so"))
     assert missing["extension_sha256"] is None and missing["extension_stale"] is None
