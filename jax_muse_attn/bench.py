@@ -790,31 +790,36 @@ def source_fingerprint(root=None, extension=_LOADED):
         from jax_muse_attn import _ffi
         extension = getattr(_ffi._MODULE, "__file__", None)
 
-    def digest(sub, suffixes):
+    def sources(sub, suffixes):
+        """The source files under root/sub in a fixed order (None where sub is not there)."""
         top = os.path.join(root, sub)
         if not os.path.isdir(top):
             return None
-        h = hashlib.sha256()
+        paths = []
         for dirpath, dirnames, files in os.walk(top):
             dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
-            for fn in sorted(files):
-                if fn.endswith(suffixes):
-                    path = os.path.join(dirpath, fn)
-                    h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(f.read() + b"\0")
+            paths += [os.path.join(dirpath, fn) for fn in sorted(files) if fn.endswith(suffixes)]
+        return paths
+
+    def digest(paths):
+        if paths is None:
+            return None
+        h = hashlib.sha256()
+        for path in paths:
+            h.update(os.path.relpath(path, root).replace(os.sep, "/").encode() + b"\0")
+            with open(path, "rb") as f:
+                h.update(f.read() + b"\0")
         return h.hexdigest()[:12]
 
-    out = dict(ffi_sha256=digest("ffi", _FFI_SOURCES),
-               python_sha256=digest("jax_muse_attn", (".py",)), git_commit=None, git_dirty=None,
+    ffi_files = sources("ffi", _FFI_SOURCES)
+    out = dict(ffi_sha256=digest(ffi_files),
+               python_sha256=digest(sources("jax_muse_attn", (".py",))), git_commit=None, git_dirty=None,
                extension_sha256=None, extension_stale=None)
     if extension and os.path.isfile(extension):
         with open(extension, "rb") as f:
             out["extension_sha256"] = hashlib.sha256(f.read()).hexdigest()[:12]
-        newest = max((os.path.getmtime(os.path.join(d, fn)) for d, _, files in os.walk(os.path.join(root, "ffi"))
-                      for fn in files if fn.endswith(_FFI_SOURCES)), default=None)
-        if newest is not None:
-            out["extension_stale"] = newest > os.path.getmtime(extension)
+        if ffi_files:
+            out["extension_stale"] = max(map(os.path.getmtime, ffi_files)) > os.path.getmtime(extension)
     if os.path.exists(os.path.join(root, ".git")):  # a directory, or a file in a git worktree
         git = ["git", "-C", root]
         try:

@@ -57,6 +57,9 @@ run_step() {  # name limit_s command...
   echo "==== $name rc=$rc $((SECONDS - t0))s (last lines)"; tail -n "${TAIL_LINES:-8}" "$log" | cut -c1-300
 }
 LOGS=$(mktemp -d)
+# The JAX process under compute-sanitizer (memcheck, racecheck): the caller's XLA flags plus the
+# autotuner off (see those steps).
+sanitize_xla_flags="${XLA_FLAGS:-} --xla_gpu_autotune_level=0"
 
 build_kernel_bench() {  # out_binary log_name extra_nvcc_flags...: benchmarks/kernel_bench.cu + the kernels
   local out=$1 log=$2 src=${KB_SRC:-$ROOT}  # KB_SRC: another source tree (kbab)
@@ -86,9 +89,9 @@ for s in "${steps[@]}"; do
     # process segfaulted inside the tool before any report (logged in sessions 13, 26 and 39;
     # blamed on PDL until session 39 found the autotuner); with it off, memcheck (PDL on and off) and racecheck of
     # the JAX process run clean. SANITIZE_QUICK=1 (two cases) where the caller sets it.
-    memcheck) XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+    memcheck) XLA_FLAGS=$sanitize_xla_flags XLA_PYTHON_CLIENT_ALLOCATOR=platform \
         run_step memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
-    racecheck) XLA_FLAGS="${XLA_FLAGS:-} --xla_gpu_autotune_level=0" run_step racecheck 240 \
+    racecheck) XLA_FLAGS=$sanitize_xla_flags run_step racecheck 240 \
         compute-sanitizer --tool racecheck --error-exitcode 1 python3 "$ROOT/scripts/sanitize_cases.py" ;;
     bench)
       if [[ -f "$ROOT/.fi/flashinfer_site.tar.gz" && ! -d /tmp/site/flashinfer ]]; then
