@@ -293,6 +293,47 @@ def jax_worker(args):
         return dict(per_call_us=_median(per), n=n, d1_s=d1s, dN_s=dns,
                     how="device clock: (d_N - d_1) / (N - 1), paired by repeat, median")
 
+    def cold_bracketed(step, n, with_call):
+        """n (L2 flush, call) pairs in one jit, each call between two device-clock reads (the first
+        after the flush, the second after the call, the next flush after the second): f(x, buf,
+        kv, bt, sl) -> (x, t0s, t1s). with_call=False: the same brackets with no call in them."""
+        def f(x, buf, kv, bt, sl):
+            t0s, t1s = [], []
+            for _ in range(n):
+                c = x.reshape(-1)[0].astype(jnp.float32) * 0.0  # flush after the previous bracket
+                s = jnp.sum(buf + c)
+                x = x + (s * 0.0).astype(x.dtype)
+                t0 = _ffi.device_clock(x)
+                x = _ffi.order_after(x, t0)
+                if with_call:
+                    x = step(x, kv, bt, sl)
+                t1 = _ffi.device_clock(x)
+                x = _ffi.order_after(x, t1)  # the next flush starts after the second read
+                t0s.append(t0)
+                t1s.append(t1)
+            return x, jnp.stack(t0s), jnp.stack(t1s)
+        return jax.jit(f)
+
+    def cold_device_time(f_call, f_empty, a, repeats, warm=2):
+        """One cold call on the device clock: the median bracket with a call (cold_bracketed)
+        minus the median bracket without one, over every bracket of `repeats` runs of each."""
+        def spans(g):
+            _, t0s, t1s = g(*a)
+            t0s, t1s = np.asarray(t0s), np.asarray(t1s)
+            return [(_ffi.clock_ns(b) - _ffi.clock_ns(e)) * 1e-3 for e, b in zip(t0s, t1s)]
+
+        for _ in range(warm):
+            spans(f_call), spans(f_empty)
+        call_us, empty_us = [], []
+        for _ in range(repeats):
+            call_us += spans(f_call)
+            empty_us += spans(f_empty)
+        return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
+                    call_bracket_us=call_us, empty_bracket_us=empty_us,
+                    n=len(call_us), flush_bytes=flush_bytes,
+                    how="device clock: each call after an L2 flush between two clock reads; median "
+                        "bracket with the call minus median bracket without it")
+
     def pick_n(f1, a, cap):
         est = _median([wall(f1, *a) for _ in range(5)])
         return int(max(4, min(cap, args.target_ms * 1e-3 / max(est, 1e-6))))
@@ -426,10 +467,11 @@ def jax_worker(args):
 
             def check_timed(timed, keep_all, *xs):
                 # Every output of the chain (keep_all) against the reference, and the timed
-                # jit's output against the last of them.
+                # jit's output against the last of them. Returns the checked outputs.
                 outs = keep_all(*xs)
                 check_chain(q, outs)
                 same_as_checked(timed(*xs), outs)
+                return outs
 
             a = (q, kv, bt, sl)
             f1 = chain(ours, 1)
@@ -440,8 +482,15 @@ def jax_worker(args):
                 check_timed(fN, chain(ours, n, keep=True), *a)
             nc = min(args.cold_chain, max(n, 2))
             fc = cold_chain(nc, True) if check["ok"] else None
+            cold_outs = None
             if check["ok"]:
-                check_timed(fc, cold_chain(nc, True, keep=True), q, buf, kv, bt, sl)
+                cold_outs = check_timed(fc, cold_chain(nc, True, keep=True), q, buf, kv, bt, sl)
+            if check["ok"] and use_clock:
+                # The bracketed cold chain runs the same calls on the same inputs (the clock
+                # reads and their selects change no value): its last output must be the checked
+                # cold chain's, bit for bit.
+                fcd = cold_bracketed(ours, nc, True)
+                same_as_checked(fcd(q, buf, kv, bt, sl)[0], cold_outs)
             rec["check"] = check
             if not check["ok"]:
                 _log(f"[{args.worker}] {cfg.name}: CHECK FAILED {check}")
@@ -466,6 +515,9 @@ def jax_worker(args):
                 rec["ours_cold"] = dict(per_call_us=_median(paired), n=nc,
                                         flush_bytes=flush_bytes, flush_and_call_s=tfc, flush_only_s=tff,
                                         flush_only_chain_us_per_flush=_median(tff) / nc * 1e6)
+                if use_clock:
+                    rec["ours_cold_device"] = cold_device_time(fcd, cold_bracketed(ours, nc, False),
+                                                               (q, buf, kv, bt, sl), args.repeats)
                 if args.time_reference:
                     r1 = chain(ref, 1)
                     nr = pick_n(r1, a, args.ref_chain)
@@ -613,6 +665,39 @@ def torch_worker(args):
     flush = torch.empty((512 << 20) // 4, dtype=torch.float32, device=dev).uniform_()
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
+    def cold_in_graph(fn, n, repeats):
+        """One cold call inside a CUDA graph, as the JAX worker times ours on the device clock: a
+        graph of n (L2 flush, event, fn(), event) and one of n (flush, event, event); the median
+        span between a pair of events with fn() minus the median without it, over `repeats`
+        replays. Unlike the anchors' cold figure (one graph replay after a flush, timed by
+        events around the replay), the graph's own launch is not in it."""
+        def graph(with_call):
+            evs = [(torch.cuda.Event(enable_timing=True, external=True),
+                    torch.cuda.Event(enable_timing=True, external=True)) for _ in range(n)]
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for a, b in evs:
+                    flush.sum(dtype=torch.float32)
+                    a.record()
+                    if with_call:
+                        fn()
+                    b.record()
+            return g, evs
+
+        (gc, ec), (ge, ee) = graph(True), graph(False)
+        call_us, empty_us = [], []
+        for rep in range(repeats + 2):
+            for g, evs, acc in ((gc, ec, call_us), (ge, ee, empty_us)):
+                g.replay()
+                torch.cuda.synchronize()
+                if rep >= 2:
+                    acc += [a.elapsed_time(b) * 1e3 for a, b in evs]
+        del gc, ge
+        return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
+                    call_bracket_us=call_us, empty_bracket_us=empty_us, n=len(call_us),
+                    how="CUDA graph of (flush 512 MiB, event, run, event): median span with run "
+                        "minus median span without it")
+
     for cfg in configs:
         rec = _start_config(args, res, cfg)
         if rec is None:
@@ -674,6 +759,10 @@ def torch_worker(args):
                 cold.append(timed_us(g_one.replay))
             rec.update(status="ok", hot_us=_median(hot), cold_us=_median(cold), hot_samples_us=hot,
                        cold_samples_us=cold, resolved_backend=getattr(wr, "_backend", None))
+            try:  # cold timed as ours is on the device clock (a newer torch's external events)
+                rec["cold_in_graph"] = cold_in_graph(fn, args.cold_chain, max(args.repeats, 10))
+            except Exception as e:
+                rec["cold_in_graph"] = dict(error="".join(traceback.format_exception_only(type(e), e))[-500:])
             del g_hot, g_one
         except Exception as e:
             rec["status"] = "ERROR"
@@ -886,6 +975,7 @@ def build_summary(cfgs, modes, torch_res):
             row[f"ours_{m}_us"] = rc.get("ours", {}).get("per_call_us")
             row[f"ours_dev_{m}_us"] = rc.get("ours_device", {}).get("per_call_us")
             row[f"ours_cold_{m}_us"] = rc.get("ours_cold", {}).get("per_call_us")
+            row[f"ours_cold_dev_{m}_us"] = rc.get("ours_cold_device", {}).get("per_call_us")
             row[f"check_{m}"] = rc.get("check")
             if rc.get("num_splits") is not None:  # the split count the call ran with
                 row.setdefault("num_splits", rc["num_splits"])
@@ -901,12 +991,18 @@ def build_summary(cfgs, modes, torch_res):
         row["pct_copy"] = 100 * row["ours_GBps"] / copy_gbps if row["ours_GBps"] and copy_gbps else None
         fr = (torch_res or {}).get("configs", {}).get(c.name, {})
         row["fi_hot_us"], row["fi_cold_us"] = fr.get("hot_us"), fr.get("cold_us")
+        row["fi_cold_graph_us"] = fr.get("cold_in_graph", {}).get("per_call_us")
         row["fi_check"] = fr.get("check")
         row["ratio_to_fi_hot"] = t / row["fi_hot_us"] if t and row["fi_hot_us"] else None
         td = row.get(f"ours_dev_{first}_us") if first else None  # the same on the device clock
         row["pct_copy_dev"] = (100 * c.kv_bytes / (td * 1e-6) / 1e9 / copy_gbps
                                if td and td > 0 and copy_gbps else None)
         row["ratio_to_fi_hot_dev"] = td / row["fi_hot_us"] if td and row["fi_hot_us"] else None
+        tc = row.get(f"ours_cold_{first}_us") if first else None
+        row["ratio_to_fi_cold"] = tc / row["fi_cold_us"] if tc and row["fi_cold_us"] else None
+        tcd = row.get(f"ours_cold_dev_{first}_us") if first else None  # both inside a graph
+        row["ratio_to_fi_cold_graph"] = (tcd / row["fi_cold_graph_us"]
+                                         if tcd and row["fi_cold_graph_us"] else None)
         for k in ("reference_us", "fi_hot_us", "fi_cold_us"):
             v = row.get(k)
             row[k.replace("_us", "_GBps")] = c.kv_bytes / (v * 1e-6) / 1e9 if v and v > 0 else None
@@ -918,7 +1014,8 @@ def format_table(rows, mode_names, copy):
     m0 = mode_names[0]
     hdr = ["config", "KV MB", "splits"] + [f"ours {m} µs" for m in mode_names] + [
         "GB/s", "% copy", "×FI hot", f"ours {m0} dev µs", "% copy dev", "×FI dev", "FI hot µs",
-        "FI cold µs", "ours cold µs", "ref µs", "check"]
+        "FI cold µs", "ours cold µs", "ours cold dev µs", "FI cold graph µs", "×FI cold graph",
+        "ref µs", "check"]
     lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in rows:
         fail = r["status"] != "ok"
@@ -930,13 +1027,18 @@ def format_table(rows, mode_names, copy):
                   _fmt(r.get(f"ours_dev_{m0}_us")), _fmt(r.get("pct_copy_dev"), 0),
                   _fmt(r.get("ratio_to_fi_hot_dev"), 2),
                   _fmt(r.get("fi_hot_us")) + ("" if not fic or fic.get("ok") else " (FI wrong)"),
-                  _fmt(r.get("fi_cold_us")), _fmt(r.get(f"ours_cold_{m0}_us")), _fmt(r.get("reference_us")),
+                  _fmt(r.get("fi_cold_us")), _fmt(r.get(f"ours_cold_{m0}_us")),
+                  _fmt(r.get(f"ours_cold_dev_{m0}_us")), _fmt(r.get("fi_cold_graph_us")),
+                  _fmt(r.get("ratio_to_fi_cold_graph"), 2), _fmt(r.get("reference_us")),
                   r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"copy bandwidth floor: {_fmt(copy.get('GBps'), 0)} GB/s ({copy.get('source')}); "
                  f"GB/s and % copy from ours with command buffers {m0}; ×FI hot = ours {m0} / FlashInfer hot; "
-                 f"dev: ours {m0} timed on the device clock (the same chains), % copy and ×FI of it.")
+                 f"dev: ours {m0} timed on the device clock (the same chains), % copy and ×FI of it; "
+                 f"cold: ours = paired (flush, call) chains by the host's clock, FI = one graph replay "
+                 f"after a flush (the anchors' way, its launch included); cold dev / graph: each call "
+                 f"after a flush between two device timestamps inside the graph, ours and FI alike.")
     return "\n".join(lines)
 
 
@@ -949,8 +1051,10 @@ def make_plot(rows, path, mode_names):
     except Exception as e:
         return f"plot skipped: matplotlib not importable ({e!r})"
     impls = [(f"ours_{m}_us", f"ours (cmdbuf {m})") for m in mode_names] + [
-        (f"ours_cold_{mode_names[0]}_us", "ours cold"), ("fi_hot_us", "FlashInfer fa2 hot"),
-        ("fi_cold_us", "FlashInfer fa2 cold"), ("reference_us", "jnp reference")]
+        (f"ours_cold_{mode_names[0]}_us", "ours cold"),
+        (f"ours_cold_dev_{mode_names[0]}_us", "ours cold (in graph, device clock)"),
+        ("fi_hot_us", "FlashInfer fa2 hot"), ("fi_cold_us", "FlashInfer fa2 cold"),
+        ("fi_cold_graph_us", "FlashInfer fa2 cold (in graph)"), ("reference_us", "jnp reference")]
     rs = sorted({r["R"] for r in rows})
     fig, axes = plt.subplots(2, len(rs), figsize=(4 * len(rs), 7), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]

@@ -31,6 +31,13 @@ def test_bench_smoke(tmp_path):
         dev = out["workers"][mode]["configs"]["full1k-r1"]["ours_device"]
         assert dev["n"] >= 2 and len(dev["dN_s"]) == 2 and min(dev["dN_s"]) > 0
         assert row[f"ours_dev_{mode}_us"] is not None
+        # Cold on the device clock: every (flush, call) bracket of every repeat, the call's
+        # brackets longer than the empty ones (a CPU call of 1k keys takes far longer than a
+        # clock read).
+        cold = out["workers"][mode]["configs"]["full1k-r1"]["ours_cold_device"]
+        assert len(cold["call_bracket_us"]) == len(cold["empty_bracket_us"]) == 2 * 2 == cold["n"]
+        assert min(cold["call_bracket_us"]) > max(cold["empty_bracket_us"])
+        assert row[f"ours_cold_dev_{mode}_us"] == cold["per_call_us"] > 0
     assert row["reference_us"] is not None
     # The split count the call ran with (as verify_attention picks it), in the summary and table.
     from jax_muse_attn import _ffi, _validate, attention
@@ -121,6 +128,7 @@ def test_bench_without_device_clock(tmp_path):
     out = json.loads((tmp_path / "nodev.json").read_text())
     assert rc == 0 and out["workers"]["on"]["device_clock"] is False
     assert "ours_device" not in out["workers"]["on"]["configs"]["full1k-r1"]
+    assert "ours_cold_device" not in out["workers"]["on"]["configs"]["full1k-r1"]
 
 
 def test_budget_left_unused_goes_to_later_workers():
