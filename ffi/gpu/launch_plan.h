@@ -11,8 +11,9 @@
 // (128k R=4 80.2 / 82.5 vs 77.9 / 78.9 us; SWA R=16 12.9 vs 12.1 in version 7), at 2 or fewer
 // it paid or was even (SWA R=1 6.9 vs 7.8, 8k R=4 10.9 vs 11.7, 8k R=8 14.9 vs 17.2, 32k R=4
 // even). The kernels alone (kernel_bench) had shown PDL ahead everywhere (version 7): only the
-// JAX figures decide. MUSE_ATTN_PDL=1 / 0 forces it on / off (benchmarks, compute-sanitizer in
-// JAX processes, tests); read once a process.
+// JAX figures decide. MUSE_ATTN_PDL=1 / 0 forces it on / off (benchmarks, tests); read once a
+// process. compute-sanitizer needs neither: it runs clean through JAX with PDL on once XLA's
+// autotuner is off (README, Troubleshooting).
 //
 // Tried and measured slower (NOTES.md version 6): 8 warps a CTA splitting every tile's keys in
 // two halves for small grids, and a PDL trigger after the split kernel's stores.
