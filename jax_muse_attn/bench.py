@@ -28,14 +28,18 @@ What is measured (all in one run, every implementation on the same data):
   wall-clock figure stays the headline (it is what a caller's step sees). ``--no-device-clock``
   skips it.
 * ours cold: a chain of n (L2 flush, call) pairs minus the same chain of flushes alone, over n
-  (the median over repeats of that paired difference).
+  (the median over repeats of that paired difference). On the device clock (first mode only):
+  each call after a flush between two clock reads inside the jit, the median of those brackets
+  minus the median bracket without a call (cold_bracketed, cold_device_time).
   The flush is a reduction reading a 256 MiB buffer (so the L2 holds clean lines of another
   buffer, as in the anchors); data dependences order flush -> call -> next flush.
 * reference: the jnp reference under jit, same chain method (command buffers on only).
 * FlashInfer (when importable, in a torch worker subprocess): BatchPrefillWithPagedKVCacheWrapper,
   fa2, NHD K and V caches converted from our [blocks, Hkv, 16, 2D] cache with the same block
   ids, plan() outside the timed region; hot = a CUDA graph of 20 back-to-back run() calls, per
-  call; cold = one replay of a one-call graph after reading a 512 MiB buffer. Its output is
+  call; cold = one replay of a one-call graph after reading a 512 MiB buffer (events around the
+  replay, the anchors' way); cold in graph = the same after a flush between two events recorded
+  inside a graph, minus the empty bracket (as ours on the device clock). Its output is
   checked against a torch fp32 reference (same tolerance; reported, does not set the exit code).
 * floors: copy bandwidth (torch 1 GiB device copy, read + write counted; JAX: (t(2 GiB x+1) -
   t(1 GiB x+1)) the same way), an empty kernel (torch CUDA graph, as in the anchors), our custom
