@@ -229,6 +229,61 @@ def _save(path, obj):
     os.replace(tmp, path)
 
 
+# ----------------------------------------------------------------------------- cold, device clock
+def cold_bracketed(step, n, with_call, flush=True):
+    """A jitted f(x, buf, kv, bt, sl) -> (x, t0s, t1s): n calls x = step(x, kv, bt, sl), each right
+    after an L2 flush (a reduction reading buf) and between two device-clock reads: the first after
+    the flush, the call after it (through a select), the second after the call, the next flush after
+    the second. with_call=False: the same brackets with no call in them; flush=False: no flush (a
+    single hot call a bracket, for comparison)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_muse_attn import _ffi
+
+    def f(x, buf, kv, bt, sl):
+        t0s, t1s = [], []
+        for _ in range(n):
+            if flush:
+                c = x.reshape(-1)[0].astype(jnp.float32) * 0.0  # flush after the previous bracket
+                s = jnp.sum(buf + c)
+                x = x + (s * 0.0).astype(x.dtype)
+            t0 = _ffi.device_clock(x)
+            x = _ffi.order_after(x, t0)
+            if with_call:
+                x = step(x, kv, bt, sl)
+            t1 = _ffi.device_clock(x)
+            x = _ffi.order_after(x, t1)  # the next flush starts after the second read
+            t0s.append(t0)
+            t1s.append(t1)
+        return x, jnp.stack(t0s), jnp.stack(t1s)
+    return jax.jit(f)
+
+
+def cold_device_time(f_call, f_empty, a, repeats, flush_bytes, warm=2):
+    """One cold call on the device clock: the median bracket of f_call (cold_bracketed with the
+    call) minus the median bracket of f_empty (without it), over every bracket of `repeats` runs
+    of each, alternating."""
+    from jax_muse_attn import _ffi
+
+    def spans(g):
+        _, t0s, t1s = g(*a)
+        t0s, t1s = np.asarray(t0s), np.asarray(t1s)
+        return [(_ffi.clock_ns(b) - _ffi.clock_ns(e)) * 1e-3 for e, b in zip(t0s, t1s)]
+
+    for _ in range(warm):
+        spans(f_call), spans(f_empty)
+    call_us, empty_us = [], []
+    for _ in range(repeats):
+        call_us += spans(f_call)
+        empty_us += spans(f_empty)
+    return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
+                call_bracket_us=call_us, empty_bracket_us=empty_us,
+                n=len(call_us), flush_bytes=flush_bytes,
+                how="device clock: each call after an L2 flush between two clock reads; median "
+                    "bracket with the call minus median bracket without it")
+
+
 # ----------------------------------------------------------------------------- JAX worker
 def _start_config(args, res, cfg):
     """A worker's record for cfg, entered in res; None (recorded as skipped) past the deadline."""
@@ -297,47 +352,6 @@ def jax_worker(args):
         d1s, dns, per = paired_per_call(lambda: dev(g1), lambda: dev(gn), n, repeats, warm)
         return dict(per_call_us=_median(per), n=n, d1_s=d1s, dN_s=dns,
                     how="device clock: (d_N - d_1) / (N - 1), paired by repeat, median")
-
-    def cold_bracketed(step, n, with_call):
-        """n (L2 flush, call) pairs in one jit, each call between two device-clock reads (the first
-        after the flush, the second after the call, the next flush after the second): f(x, buf,
-        kv, bt, sl) -> (x, t0s, t1s). with_call=False: the same brackets with no call in them."""
-        def f(x, buf, kv, bt, sl):
-            t0s, t1s = [], []
-            for _ in range(n):
-                c = x.reshape(-1)[0].astype(jnp.float32) * 0.0  # flush after the previous bracket
-                s = jnp.sum(buf + c)
-                x = x + (s * 0.0).astype(x.dtype)
-                t0 = _ffi.device_clock(x)
-                x = _ffi.order_after(x, t0)
-                if with_call:
-                    x = step(x, kv, bt, sl)
-                t1 = _ffi.device_clock(x)
-                x = _ffi.order_after(x, t1)  # the next flush starts after the second read
-                t0s.append(t0)
-                t1s.append(t1)
-            return x, jnp.stack(t0s), jnp.stack(t1s)
-        return jax.jit(f)
-
-    def cold_device_time(f_call, f_empty, a, repeats, warm=2):
-        """One cold call on the device clock: the median bracket with a call (cold_bracketed)
-        minus the median bracket without one, over every bracket of `repeats` runs of each."""
-        def spans(g):
-            _, t0s, t1s = g(*a)
-            t0s, t1s = np.asarray(t0s), np.asarray(t1s)
-            return [(_ffi.clock_ns(b) - _ffi.clock_ns(e)) * 1e-3 for e, b in zip(t0s, t1s)]
-
-        for _ in range(warm):
-            spans(f_call), spans(f_empty)
-        call_us, empty_us = [], []
-        for _ in range(repeats):
-            call_us += spans(f_call)
-            empty_us += spans(f_empty)
-        return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
-                    call_bracket_us=call_us, empty_bracket_us=empty_us,
-                    n=len(call_us), flush_bytes=flush_bytes,
-                    how="device clock: each call after an L2 flush between two clock reads; median "
-                        "bracket with the call minus median bracket without it")
 
     def pick_n(f1, a, cap):
         est = _median([wall(f1, *a) for _ in range(5)])
@@ -524,7 +538,8 @@ def jax_worker(args):
                                         flush_only_chain_us_per_flush=_median(tff) / nc * 1e6)
                 if cold_dev:
                     rec["ours_cold_device"] = cold_device_time(fcd, cold_bracketed(ours, nb, False),
-                                                               (q, buf, kv, bt, sl), args.repeats)
+                                                               (q, buf, kv, bt, sl), args.repeats,
+                                                               flush_bytes)
                 if args.time_reference:
                     r1 = chain(ref, 1)
                     nr = pick_n(r1, a, args.ref_chain)

@@ -242,3 +242,27 @@ def test_source_fingerprint_names_the_git_commit(tmp_path):
     assert bench.source_fingerprint(str(tmp_path))["git_dirty"] is False
     (tmp_path / "ffi" / "kernels.h").write_text("v2\n")
     assert bench.source_fingerprint(str(tmp_path))["git_dirty"] is True
+
+
+def test_cold_flush_check_script(tmp_path, monkeypatch):
+    """scripts/cold_flush_check.py (a device check of the L2 flush) runs on the CPU: one line a
+    flush size and one hot line, each call above zero and above its empty bracket."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "scripts"))
+    monkeypatch.setenv("OUT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["cold_flush_check.py"])
+    import cold_flush_check as c
+
+    monkeypatch.setattr(c, "FLUSHES_MIB", (1, 4))
+    monkeypatch.setattr(c, "BRACKETS", 2)
+    monkeypatch.setattr(c, "REPEATS", 2)
+    c.main(["full256-r1"])
+    lines = (tmp_path / "cold_flush_check.txt").read_text().splitlines()[1:]
+    assert [ln.split(":")[0] for ln in lines] == [
+        "full256-r1 flush     1 MiB", "full256-r1 flush     4 MiB", "full256-r1 flush     0 MiB"]
+    assert lines[-1].endswith("<- no flush: hot")
+    for ln in lines:
+        call = float(re.search(r"call (\S+) ", ln).group(1))
+        empty = float(re.search(r"empty bracket (\S+),", ln).group(1))
+        assert call > 0 and empty > 0

@@ -1,0 +1,58 @@
+"""Does the bench's L2 flush leave the call cold? One call on the device clock (bench's
+cold_bracketed / cold_device_time) after flushes of several sizes, and with no flush (hot):
+if the flush evicts the KV, the figure is the same for every flush size and above the hot one.
+
+    python scripts/cold_flush_check.py [config ...]      (default: full2k-r1 full8k-r4)
+
+Prints one line a (config, flush) and writes them to $OUT/cold_flush_check.txt when OUT is set.
+"""
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+
+import jax_muse_attn
+from jax_muse_attn import bench
+
+FLUSHES_MIB = (64, 256, 1024)  # the bench's JAX flush is 256 MiB; the H200's L2 is 50 MiB
+BRACKETS, REPEATS = 10, 10
+
+
+def main(names):
+    out_path = os.path.join(os.environ["OUT"], "cold_flush_check.txt") if os.environ.get("OUT") else None
+    lines = []
+
+    def emit(line):
+        print(line, flush=True)
+        lines.append(line)
+        if out_path:
+            with open(out_path, "w") as f:
+                f.write("\n".join(lines) + "\n")
+
+    emit(f"device {jax.devices()[0].device_kind}; {BRACKETS} brackets x {REPEATS} repeats; us")
+    for name in names:
+        cfg = bench.parse_config(name)
+        kv = bench.jax_hash_array((cfg.blocks, bench.H_KV, bench.PAGE, 2 * bench.D), bench.SEED_KV)
+        q = bench.jax_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q)
+        bt = jnp.asarray(bench.block_table_np(cfg))
+        sl = jnp.full((cfg.R,), cfg.L, jnp.int32)
+
+        def ours(x, kv, bt, sl, w=cfg.window):
+            return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=bench.SCALE, window=w, backend="ffi")
+
+        for mib in FLUSHES_MIB + (0,):
+            buf = jnp.ones(((mib or 1) << 20) // 4, jnp.float32)
+            flush = mib > 0
+            r = bench.cold_device_time(bench.cold_bracketed(ours, BRACKETS, True, flush=flush),
+                                       bench.cold_bracketed(ours, BRACKETS, False, flush=flush),
+                                       (q, buf, kv, bt, sl), REPEATS, mib << 20)
+            s = sorted(r["call_bracket_us"])
+            emit(f"{name} flush {mib:5d} MiB: call {r['per_call_us']:.2f} (empty bracket "
+                 f"{r['bracket_us']:.2f}, call bracket p10 {s[len(s) // 10]:.2f} p90 {s[9 * len(s) // 10]:.2f})"
+                 + ("" if flush else "  <- no flush: hot"))
+            del buf
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["full2k-r1", "full8k-r4"])
