@@ -209,6 +209,27 @@ def block_table_np(cfg):
     return rng.permutation(cfg.blocks).reshape(cfg.R, cfg.pages).astype(np.int32)
 
 
+def jax_inputs(cfg):
+    """The (q, kv_cache, block_table, seq_lens) of cfg as JAX arrays (the values the torch side
+    builds too): hashed q and KV, a random permutation of the blocks, every request full."""
+    import jax.numpy as jnp
+
+    kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV)
+    q = jax_hash_array((NQ * cfg.R, H_Q, D), SEED_Q)
+    return q, kv, jnp.asarray(block_table_np(cfg)), jnp.full((cfg.R,), cfg.L, jnp.int32)
+
+
+def flush_l2(x, buf):
+    """x after an L2 flush: a reduction reading all of buf that depends on x (so it runs after
+    whatever made x, and each flush is distinct), its result folded into x as zero (so whatever
+    uses the result runs after the flush)."""
+    import jax.numpy as jnp
+
+    c = x.reshape(-1)[0].astype(jnp.float32) * 0.0
+    s = jnp.sum(buf + c)
+    return x + (s * 0.0).astype(x.dtype)
+
+
 # ----------------------------------------------------------------------------- helpers
 def _median(xs):
     return float(statistics.median(xs)) if xs else float("nan")
@@ -245,9 +266,7 @@ def cold_bracketed(step, n, with_call, flush=True):
         t0s, t1s = [], []
         for _ in range(n):
             if flush:
-                c = x.reshape(-1)[0].astype(jnp.float32) * 0.0  # flush after the previous bracket
-                s = jnp.sum(buf + c)
-                x = x + (s * 0.0).astype(x.dtype)
+                x = flush_l2(x, buf)  # after the previous bracket
             t0 = _ffi.device_clock(x)
             x = _ffi.order_after(x, t0)
             if with_call:
@@ -381,9 +400,7 @@ def jax_worker(args):
         res["errors"].append(f"floors jax_copy: {e!r}")
     try:
         c0 = Config(256, 1)
-        kv0 = jax_hash_array((c0.blocks, H_KV, PAGE, 2 * D), SEED_KV)
-        q0 = jax_hash_array((NQ * c0.R, H_Q, D), SEED_Q)
-        bt0, sl0 = jnp.asarray(block_table_np(c0)), jnp.full((c0.R,), c0.L, jnp.int32)
+        q0, kv0, bt0, sl0 = jax_inputs(c0)
 
         def noop(x):
             return jax_muse_attn.verify_attention(x, kv0, bt0, sl0, scale=SCALE, num_reqs=0, backend="ffi")
@@ -414,10 +431,7 @@ def jax_worker(args):
         if rec is None:
             continue
         try:
-            kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV)
-            q = jax_hash_array((NQ * cfg.R, H_Q, D), SEED_Q)
-            bt = jnp.asarray(block_table_np(cfg))
-            sl = jnp.full((cfg.R,), cfg.L, jnp.int32)
+            q, kv, bt, sl = jax_inputs(cfg)
             w = cfg.window
             shapes = _validate.check_inputs(q, kv, bt, sl, scale=SCALE, window=w, tokens_per_request=NQ)
             rec["num_splits"] = _default_num_splits(shapes, platform)
@@ -452,9 +466,7 @@ def jax_worker(args):
                 def f(x, buf, kv, bt, sl):
                     outs = []
                     for _ in range(n):
-                        c = x.reshape(-1)[0].astype(jnp.float32) * 0.0  # flush after the previous call
-                        s = jnp.sum(buf + c)  # reads the whole buffer (c makes each flush distinct)
-                        x = x + (s * 0.0).astype(x.dtype)  # the call after the flush
+                        x = flush_l2(x, buf)  # after the previous call, before the next
                         if with_call:
                             x = ours(x, kv, bt, sl)
                         outs.append(x)

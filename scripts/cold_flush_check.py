@@ -33,10 +33,7 @@ def main(names):
     emit(f"device {jax.devices()[0].device_kind}; {BRACKETS} brackets x {REPEATS} repeats; us")
     for name in names:
         cfg = bench.parse_config(name)
-        kv = bench.jax_hash_array((cfg.blocks, bench.H_KV, bench.PAGE, 2 * bench.D), bench.SEED_KV)
-        q = bench.jax_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q)
-        bt = jnp.asarray(bench.block_table_np(cfg))
-        sl = jnp.full((cfg.R,), cfg.L, jnp.int32)
+        q, kv, bt, sl = bench.jax_inputs(cfg)
 
         def ours(x, kv, bt, sl, w=cfg.window):
             return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=bench.SCALE, window=w, backend="ffi")

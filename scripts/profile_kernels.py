@@ -14,7 +14,6 @@ import argparse
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 import jax_muse_attn
@@ -29,10 +28,7 @@ def main():
     a = ap.parse_args()
     for name in a.configs:
         c = bench.parse_config(name)
-        kv = bench.jax_hash_array((c.blocks, bench.H_KV, bench.PAGE, 2 * bench.D), bench.SEED_KV)
-        q = bench.jax_hash_array((bench.NQ * c.R, bench.H_Q, bench.D), bench.SEED_Q)
-        bt = jnp.asarray(bench.block_table_np(c))
-        sl = jnp.full((c.R,), c.L, jnp.int32)
+        q, kv, bt, sl = bench.jax_inputs(c)
         ref = np.asarray(reference.verify_attention(q, kv, bt, sl, scale=bench.SCALE, window=c.window),
                          np.float32)
         for splits in [int(s) for s in a.splits.split(",") if s] or [None]:
