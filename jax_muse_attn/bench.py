@@ -296,11 +296,17 @@ def cold_device_time(f_call, f_empty, a, repeats, flush_bytes, warm=2):
     for _ in range(repeats):
         call_us += spans(f_call)
         empty_us += spans(f_empty)
+    return bracket_result(call_us, empty_us, flush_bytes=flush_bytes,
+                          how="device clock: each call after an L2 flush between two clock reads; "
+                              "median bracket with the call minus median bracket without it")
+
+
+def bracket_result(call_us, empty_us, **extra):
+    """A cold figure from timed brackets (ours on the device clock, FlashInfer between graph
+    events): the median bracket with the call minus the median bracket without it, and every
+    sample."""
     return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
-                call_bracket_us=call_us, empty_bracket_us=empty_us,
-                n=len(call_us), flush_bytes=flush_bytes,
-                how="device clock: each call after an L2 flush between two clock reads; median "
-                    "bracket with the call minus median bracket without it")
+                call_bracket_us=call_us, empty_bracket_us=empty_us, n=len(call_us), **extra)
 
 
 # ----------------------------------------------------------------------------- JAX worker
@@ -727,10 +733,9 @@ def torch_worker(args):
                 if rep >= 2:
                     acc += [a.elapsed_time(b) * 1e3 for a, b in evs]
         del gc, ge
-        return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
-                    call_bracket_us=call_us, empty_bracket_us=empty_us, n=len(call_us),
-                    how="CUDA graph of (flush 512 MiB, event, run, event): median span with run "
-                        "minus median span without it")
+        return bracket_result(call_us, empty_us,
+                              how="CUDA graph of (flush 512 MiB, event, run, event): median span "
+                                  "with run minus median span without it")
 
     for cfg in configs:
         rec = _start_config(args, res, cfg)

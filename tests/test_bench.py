@@ -246,10 +246,11 @@ def test_source_fingerprint_names_the_git_commit(tmp_path):
 
 def test_cold_flush_check_script(tmp_path, monkeypatch):
     """scripts/cold_flush_check.py (a device check of the L2 flush) runs on the CPU: one line a
-    flush size and one hot line, each call above zero and above its empty bracket."""
+    flush size and one hot line, each with a call and an empty bracket above zero."""
+    import pathlib
     import sys
 
-    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parents[1] / "scripts"))
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[1] / "scripts"))
     monkeypatch.setenv("OUT", str(tmp_path))
     monkeypatch.setattr(sys, "argv", ["cold_flush_check.py"])
     import cold_flush_check as c
