@@ -5,8 +5,14 @@ if the flush evicts the KV, the figure is the same for every flush size and abov
     python scripts/cold_flush_check.py [config ...]      (default: full2k-r1 full8k-r4)
 
 Prints one line a (config, flush) and writes them to $OUT/cold_flush_check.txt when OUT is set.
+Run as a script, it sets the bench's command-buffer flags ("on" mode) when XLA_FLAGS is unset,
+dumps the bracketed jit's thunk sequence and prints its top level after XLA's thunk passes: one
+kCommandBuffer holding the flushes, the clock reads and the calls means the brackets time the
+call inside one CUDA graph, as the bench assumes.
 """
+import glob
 import os
+import re
 import sys
 
 import jax
@@ -51,5 +57,28 @@ def main(names):
             del buf
 
 
+def thunk_summary(dump_dir):
+    """The thunks at column 0 of each dumped bracketed jit (module jit_f) after XLA's thunk
+    passes: [(file name, [kinds]), ...]."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(dump_dir, "*.jit_f.thunk_sequence_after_thunk_passes.txt"))):
+        # Entries are "NNN: kKind ..."; those at column 0 are counted (the raw file is printed
+        # too: how XLA marks the command buffer's nested thunks is read from it, not assumed).
+        kinds = [m.group(1) for m in re.finditer(r"^\d+: (k\w+)", open(path).read(), re.M)]
+        found.append((os.path.basename(path), kinds))
+    return found
+
+
 if __name__ == "__main__":
+    dump = None
+    if "XLA_FLAGS" not in os.environ:
+        dump = "/tmp/cold_flush_dump"
+        os.environ["XLA_FLAGS"] = (bench.MODES["on"] + f" --xla_dump_to={dump}"
+                                   " --xla_dump_hlo_module_re=jit_f")
     main(sys.argv[1:] or ["full2k-r1", "full8k-r4"])
+    if dump:
+        for i, (name, kinds) in enumerate(thunk_summary(dump)):
+            print(f"{name}: {len(kinds)} thunks at column 0: "
+                  + ", ".join(f"{k} x{kinds.count(k)}" for k in dict.fromkeys(kinds)))
+            if i == 0:  # the first module's dump as it is
+                print("".join(open(os.path.join(dump, name)).readlines()[:40]))
