@@ -140,7 +140,11 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     CHECK(muse_attn::gpu::launch_split(p, plan, st));
     CHECK(muse_attn::gpu::launch_merge(p, plan, st));
   };
-  if (check) {  // one call, its output against kb_check.h's reference on a sample of requests
+  // One call, its output against kb_check.h's reference on a sample of requests: before the
+  // timing and after it (so that state one call could leave for the next is checked too, as
+  // the chunk counters of benchmarks/experiments' pool_steal kernel were, session 41).
+  auto check_once = [&](const char* when) {
+    CHECK(cudaMemset(out, 0xFF, h_q.size() * 2));  // no earlier call's output left to pass
     both();
     CHECK(cudaStreamSynchronize(st));
     std::vector<uint16_t> h_out(h_q.size());
@@ -151,12 +155,13 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     std::sort(sample.begin(), sample.end());
     sample.erase(std::unique(sample.begin(), sample.end()), sample.end());
     const kb_check::Result res = kb_check::check(cp, h_out.data(), sample);
-    std::printf("check %s L=%d R=%d splits=%d%s: %s, %lld of %lld elements out of tolerance, "
+    std::printf("check %s L=%d R=%d splits=%d%s%s: %s, %lld of %lld elements out of tolerance, "
                 "max err %.3g\n", window ? "swa" : "full", L, R, splits,
-                poison ? " (poisoned ids, padding)" : "", res.bad ? "FAIL" : "PASS",
+                poison ? " (poisoned ids, padding)" : "", when, res.bad ? "FAIL" : "PASS",
                 (long long)res.bad, (long long)res.checked, res.max_err);
     if (res.bad) g_check_failed = true;
-  }
+  };
+  if (check) check_once("");
   if (once) {  // for compute-sanitizer: one call, no timing
     both();
     CHECK(cudaStreamSynchronize(st));
@@ -225,6 +230,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
               launch, bytes / 1e6, t_split,
               t_merge, t_both, t_graph, bytes / (t_graph * 1e-6) / 1e9);
   if (t_cold >= 0) std::printf("    cold (after a 256 MiB read, one call, events): %.2f us\n", t_cold);
+  if (check) check_once(" after the timed calls");
 #if defined(MUSE_ATTN_TIMELINE)
   // The last call of one more graph run (the calls before it leave the same stamps).
   CHECK(cudaMemset(p.timeline, 0, tl_elems * 8));
