@@ -144,7 +144,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   // timing and after it (so that state one call could leave for the next is checked too, as
   // the chunk counters of benchmarks/experiments' pool_steal kernel were, session 41).
   auto check_once = [&](const char* when) {
-    CHECK(cudaMemset(out, 0xFF, h_q.size() * 2));  // no earlier call's output left to pass
+    CHECK(cudaMemsetAsync(out, 0xFF, h_q.size() * 2, st));  // no earlier call's output left to pass
     both();
     CHECK(cudaStreamSynchronize(st));
     std::vector<uint16_t> h_out(h_q.size());

@@ -14,6 +14,7 @@ import glob
 import os
 import re
 import sys
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -72,7 +73,7 @@ def thunk_summary(dump_dir):
 if __name__ == "__main__":
     dump = None
     if "XLA_FLAGS" not in os.environ:
-        dump = "/tmp/cold_flush_dump"
+        dump = tempfile.mkdtemp(prefix="cold_flush_dump_")  # this run's modules only
         os.environ["XLA_FLAGS"] = (bench.MODES["on"] + f" --xla_dump_to={dump}"
                                    " --xla_dump_hlo_module_re=jit_f")
     main(sys.argv[1:] or ["full2k-r1", "full8k-r4"])

@@ -267,3 +267,24 @@ def test_cold_flush_check_script(tmp_path, monkeypatch):
         call = float(re.search(r"call (\S+) ", ln).group(1))
         empty = float(re.search(r"empty bracket (\S+),", ln).group(1))
         assert call > 0 and empty > 0
+
+
+def test_cold_flush_check_thunk_summary(tmp_path, monkeypatch):
+    """cold_flush_check.thunk_summary reads the kinds at column 0 of each bracketed jit's dump
+    after XLA's thunk passes (nested thunks, indented, are not counted; other modules are not read)."""
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[1] / "scripts"))
+    import cold_flush_check as c
+
+    one = ("000: kCommandBuffer [source | sink] \n"
+           "    001: kCustomKernel [source       | next=002 (1)] input_reduce_fusion\n"
+           "    002: kCustomCall   [prev=001 (1) | next=003 (1)] kCustomCall\n")
+    split = "000: kCustomKernel [source | next=001 (1)] f\n001: kCustomCall [prev=000 (1) | sink] c\n"
+    (tmp_path / "module_1.jit_f.thunk_sequence_after_thunk_passes.txt").write_text(one)
+    (tmp_path / "module_2.jit_f.thunk_sequence_after_thunk_passes.txt").write_text(split)
+    (tmp_path / "module_3.jit_g.thunk_sequence_after_thunk_passes.txt").write_text(split)
+    (tmp_path / "module_1.jit_f.thunk_sequence.txt").write_text(split)
+    assert c.thunk_summary(str(tmp_path)) == [
+        ("module_1.jit_f.thunk_sequence_after_thunk_passes.txt", ["kCommandBuffer"]),
+        ("module_2.jit_f.thunk_sequence_after_thunk_passes.txt", ["kCustomKernel", "kCustomCall"])]
