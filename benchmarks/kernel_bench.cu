@@ -244,6 +244,20 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const char* names[2][10] = {{"start", "seq_lens", "ids+copies", "tile0 in", "tiles done", "partials",
                                "own tile0", "", "q issued", "pre-wait"},
                               {"start", "dep wait", "folded", "written", "", "", "", "", "", ""}};
+  if (const char* csv = std::getenv("MUSE_KB_TL_CSV")) {  // every split CTA's stamps, for a closer look
+    if (FILE* f = std::fopen(csv, "a")) {
+      std::fprintf(f, "# L=%d R=%d window=%d splits=%d: cta,segment,group,sm,start_us,seq_lens_us,"
+                   "ids_copies_us,tile0_us,tiles_done_us,partials_us\n", L, R, window, splits);
+      for (int c = 0; c < kTimelineMergeBase; ++c) {
+        const uint64_t* e = &tl[size_t(c) * kTimelineEvents];
+        if (!e[0]) continue;
+        auto us = [&](int k) { return e[k] ? (double(e[k]) - double(t0)) * 1e-3 : -1.0; };
+        std::fprintf(f, "%d,%d,%d,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", c, c % splits, c / splits,
+                     (unsigned long long)e[12], us(0), us(1), us(2), us(3), us(4), us(5));
+      }
+      std::fclose(f);
+    }
+  }
   std::vector<double> mhz;  // split CTAs: SM cycles (stamp 7) over ns (stamps 0 to 5)
   for (int c = 0; c < kTimelineMergeBase; ++c) {
     const uint64_t* e = &tl[size_t(c) * kTimelineEvents];

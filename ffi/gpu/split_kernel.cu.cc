@@ -540,6 +540,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   grid_launch_dependents();
   MUSE_TIMELINE(p, 0, 0);  // the stamps as split_kernel's, by thread 0 (team 0)
   MUSE_TIMELINE_CLOCK(timeline_clock0);
+  MUSE_TIMELINE_SM(p, 0, timeline_clock0);
   const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;
