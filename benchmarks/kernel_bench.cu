@@ -17,11 +17,13 @@
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
 // split CTA started (%globaltimer: ~0.26 us ticks on an H200); then exact SM-cycle spans: the
 // split's first tile in shared memory to its tiles done, the merge's release to its rows folded
-// and written.
+// and written. MUSE_KB_TL_CSV=FILE appends every split CTA's stamps (its SM, start, first tile,
+// tiles done, partials) to FILE, a block a config (benchmarks/NOTES.md version 41 reads them).
 // MUSE_KB_CHECK=1 also checks each config's output (benchmarks/kb_check.h: a naive float64
 // attention from the spec, on requests 0, R/2 and R-1) with signed random data instead of the
-// timing data, prints PASS / FAIL and exits 1 on a failure: a quick check of kernel variants
-// (KB_FLAGS) without JAX. Otherwise no output check: the bench and the tests check the kernels.
+// timing data, once before the timed calls and once after them (the output poisoned before each),
+// prints PASS / FAIL and exits 1 on a failure: a quick check of kernel variants (KB_FLAGS) without
+// JAX. Otherwise no output check: the bench and the tests check the kernels.
 // MUSE_KB_COLD=1 adds a cold figure: the median over 15 calls of one call (split + merge, plain
 // launches from the stream, timed by events) right after a kernel read 256 MiB of another buffer
 // (the L2 then holds clean lines of that buffer, as in the anchors' cold method).
