@@ -11,7 +11,9 @@
 // (and reads num_reqs from device memory, as a traced num_reqs; otherwise it is static, R);
 // MUSE_ATTN_PDL=0 launches the merge plainly instead of as a programmatic dependent launch
 // (gpu/launch_plan.h; default: PDL where the split grid has at most 2 CTAs an SM, sm_90+);
-// MUSE_ATTN_PDL=1 always.
+// MUSE_ATTN_PDL=1 always. MUSE_ATTN_PINGPONG, MUSE_ATTN_PP_TWO_PAIRS, MUSE_ATTN_PAIRS and
+// MUSE_ATTN_FILL_RING force the split kernel as in the library (gpu/launch_plan.h); the plan
+// column names it: +pp ping-pong, +pp2 ping-pong as two pairs a CTA, +pairs two-tile steps.
 // Same workload as jax_muse_attn.bench: 16/2 heads, D 64, 8 tokens, shuffled 16-key pages.
 // Built with -DMUSE_ATTN_TIMELINE (kb step `kbtl`), it also prints where the last call of a graph
 // spends its time (gpu/timeline.h): per stamp, min / median / max over CTAs, us after the first
@@ -225,7 +227,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   // plain one (+pp: the ping-pong kernel, +pairs: two-tile segments as one step).
   char launch[32];
   std::snprintf(launch, sizeof launch, "%s%s", plan.merge_pdl ? "pdl" : "plain",
-                plan.split_pingpong ? "+pp" : plan.split_pairs ? "+pairs" : "");
+                plan.split_pingpong ? (plan.split_pp_two_pairs ? "+pp2" : "+pp") : plan.split_pairs ? "+pairs" : "");
   std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-11s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
               window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits,

@@ -50,9 +50,10 @@ NB_MODULE(_muse_attn, m) {
         const int rc = MuseLaunchPlanRocm(sizes, plan);
 #endif
         if (rc != 0) throw nb::value_error("gpu_launch_plan: sizes the GPU handler would refuse");
-        static const char* const kSplitKernels[] = {"per_tile", "two_tile", "pingpong"};
+        static const char* const kSplitKernels[] = {"per_tile", "two_tile", "pingpong",
+                                                    "pingpong_two_pairs"};
         const int kernel = plan[kMuseSplitKernel];
-        if (kernel < 0 || kernel > 2) throw std::runtime_error("gpu_launch_plan: unknown split kernel");
+        if (kernel < 0 || kernel > 3) throw std::runtime_error("gpu_launch_plan: unknown split kernel");
         nb::dict d;
         d["split_kernel"] = kSplitKernels[kernel];
         d["merge_warps"] = plan[kMuseMergeWarps];

@@ -55,7 +55,7 @@ def has_handler(platform: str) -> bool:
 
 def gpu_launch_plan(shapes, num_splits: int) -> dict:
     """The GPU handler's launch plan (ffi/gpu/launch_plan.h) for a call of these static shapes on
-    the current device: {"split_kernel": "per_tile" | "two_tile" | "pingpong", "merge_warps",
+    the current device: {"split_kernel": "per_tile" | "two_tile" | "pingpong" | "pingpong_two_pairs", "merge_warps",
     "merge_pdl", "merge_by_lane", "split_fill_ring"}. RuntimeError where this build has no GPU
     handler."""
     fn = getattr(_MODULE, "gpu_launch_plan", None)

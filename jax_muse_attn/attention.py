@@ -164,13 +164,14 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
 
     Returns a dict: ``num_splits`` (as ``verify_attention`` would pick it, or the one given),
     ``split_kernel`` ("per_tile"; "two_tile": two-tile segments as one step; "pingpong": two
-    warpgroups a CTA taking alternate tiles), ``merge_warps`` (warps a row in the merge),
+    warpgroups a CTA taking alternate tiles; "pingpong_two_pairs": the same as two such pairs a
+    CTA, each on its own segment, one CTA an SM), ``merge_warps`` (warps a row in the merge),
     ``merge_pdl`` (the merge as a programmatic dependent launch), ``merge_by_lane`` (the merge
     loads and weighs a segment's (m, l) on one lane of a warp, else on every lane) and
     ``split_fill_ring`` (with "per_tile": a segment of exactly 4 tiles issues all its tiles'
     copies before its first wait). "two_tile" and "pingpong" name the kernel variant launched;
     their steps are compiled for sm_90a (the default CUDA build), so a build without sm_90a code
-    runs them tile by tile. The ``MUSE_ATTN_PINGPONG`` / ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL``
+    runs them tile by tile. The ``MUSE_ATTN_PINGPONG`` / ``MUSE_ATTN_PP_TWO_PAIRS`` / ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL``
     / ``MUSE_ATTN_MERGE_BY_LANE`` / ``MUSE_ATTN_FILL_RING`` overrides apply as in a call (read
     once a process).
     RuntimeError on a platform with no GPU handler (the CPU handler has one plan).

@@ -197,8 +197,10 @@ def _two_tile_kernel():
     from jax_muse_attn import _ffi
     if _ffi.current_platform() != "CUDA":  # AMD: one split kernel
         return "per_tile"
-    if os.environ.get("MUSE_ATTN_PINGPONG") == "1":
-        return "pingpong"
+    if os.environ.get("MUSE_ATTN_PINGPONG") == "1":  # two pairs a CTA only where forced here
+        forced_pairs = os.environ.get("MUSE_ATTN_PP_TWO_PAIRS") == "1"
+        return ("pingpong_two_pairs" if forced_pairs and _ffi.compute_capability_major() == 9
+                else "pingpong")
     forced = os.environ.get("MUSE_ATTN_PAIRS")
     if forced in ("0", "1"):
         return "two_tile" if forced == "1" else "per_tile"

@@ -6,8 +6,9 @@ kernel (D = 64) runs only on sm_90 GPUs where segments have 16 tiles or more, so
 suite sees each choice only where its cases fall. Here each is forced on every case of the
 split-count tests of test_cpu_ffi.py (small and large grids, full and SWA, D = 128, padding,
 poisoned slots, one-tile and odd-tile segments): MUSE_ATTN_PDL=0 for the plain launch, =1 for
-PDL on every grid; MUSE_ATTN_PINGPONG=1 for the ping-pong split kernel wherever D = 64, =0 for
-the one-warpgroup split kernel everywhere; MUSE_ATTN_PAIRS=1 for the split kernel that takes
+PDL on every grid; MUSE_ATTN_PINGPONG=1 for the ping-pong split kernel wherever D = 64 (with
+MUSE_ATTN_PP_TWO_PAIRS=1 also as two pairs a CTA), =0 for the one-warpgroup split kernel
+everywhere; MUSE_ATTN_PAIRS=1 for the split kernel that takes
 two-tile segments as one step wherever D = 64 (the ping-pong kernel off), =0 for never;
 MUSE_ATTN_MERGE_BY_LANE=1 / 0 for the merge weighing a segment on one lane / on every lane at any
 split count (by default one lane up to 16 segments a warp); MUSE_ATTN_FILL_RING=1 for the split
@@ -39,6 +40,7 @@ PLANS = {
     "merge_plain": {"MUSE_ATTN_PDL": "0"},
     "merge_pdl": {"MUSE_ATTN_PDL": "1"},
     "split_pingpong": {"MUSE_ATTN_PINGPONG": "1"},
+    "split_pingpong_two_pairs": {"MUSE_ATTN_PINGPONG": "1", "MUSE_ATTN_PP_TWO_PAIRS": "1"},
     "split_one_team": {"MUSE_ATTN_PINGPONG": "0"},
     "split_pairs": {"MUSE_ATTN_PAIRS": "1", "MUSE_ATTN_PINGPONG": "0"},
     "split_no_pairs": {"MUSE_ATTN_PAIRS": "0"},
@@ -120,7 +122,7 @@ for c in bench.full_grid() + [bench.parse_config(n) for n in sys.argv[1:]]:
 json.dump(out, sys.stdout)
 """
 _OVERRIDES = ("MUSE_ATTN_PDL", "MUSE_ATTN_PINGPONG", "MUSE_ATTN_PAIRS", "MUSE_ATTN_MERGE_BY_LANE",
-              "MUSE_ATTN_FILL_RING")
+              "MUSE_ATTN_FILL_RING", "MUSE_ATTN_PP_TWO_PAIRS")
 
 
 def _grid_plans(**overrides):
@@ -163,8 +165,12 @@ def test_default_launch_plans_of_the_benchmark_grid():
 def test_overridden_launch_plans_of_the_benchmark_grid():
     from jax_muse_attn import _ffi
     cuda = _ffi.current_platform() == "CUDA"  # AMD: plain launches, one split kernel
+    sm90 = cuda and _ffi.compute_capability_major() == 9  # the default build's sm_90a code
     for overrides, d64, d128, pdl in [
-        ({"MUSE_ATTN_PINGPONG": "1"}, "pingpong" if cuda else "per_tile", "per_tile", None),
+        ({"MUSE_ATTN_PINGPONG": "1", "MUSE_ATTN_PP_TWO_PAIRS": "0"}, "pingpong" if cuda else "per_tile",
+         "per_tile", None),
+        ({"MUSE_ATTN_PINGPONG": "1", "MUSE_ATTN_PP_TWO_PAIRS": "1"},
+         ("pingpong_two_pairs" if sm90 else "pingpong") if cuda else "per_tile", "per_tile", None),
         ({"MUSE_ATTN_PAIRS": "1", "MUSE_ATTN_PINGPONG": "0"}, "two_tile" if cuda else "per_tile",
          "per_tile", None),
         ({"MUSE_ATTN_PAIRS": "0", "MUSE_ATTN_PINGPONG": "0"}, "per_tile", "per_tile", None),

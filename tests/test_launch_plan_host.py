@@ -30,6 +30,10 @@ bool merge_waits_for_split() {  // merge_kernel.cu.cc: whether the loaded merge 
   const char* v = std::getenv("STUB_MERGE_WAITS");
   return v == nullptr || v[0] == '1';
 }
+bool pingpong_two_pairs_loaded() {  // split_kernel.cu.cc: whether the loaded module has sm_90a's
+  const char* v = std::getenv("STUB_TWO_PAIRS_LOADED");
+  return v == nullptr || v[0] == '1';
+}
 }  // namespace muse_attn::gpu
 
 extern "C" {  // linked with --wrap: the plan's runtime calls land here
@@ -100,19 +104,19 @@ def _plans(plan_bin, monkeypatch, sms=132, major=9, **overrides):
                                  num_kv_heads=bench.H_KV, head_dim=d, num_blocks=c.blocks,
                                  pages=c.pages, window=c.window or 0, q_rank=3)
             splits = attention._default_num_splits(s, "CUDA")
-            names.append((c, d, splits))
+            names.append((c, d, splits, s.max_tiles))
             lines.append(f"{d} {bench.NQ} {bench.H_Q} {bench.H_KV} {c.R} {c.pages} "
                          f"{c.window or 0} {splits}\n")
     out = subprocess.run([plan_bin], input="".join(lines), env=env, capture_output=True,
                          text=True, check=True).stdout.split("\n")
     plans = {}
-    for (c, d, splits), line in zip(names, out):
+    for (c, d, splits, max_tiles), line in zip(names, out):
         rc, kernel, warps, pdl, by_lane, fill = map(int, line.split())
         assert rc == 0, (c.name, d)
         plans[f"{c.name}-d{d}"] = dict(
-            num_splits=splits, split_kernel=("per_tile", "two_tile", "pingpong")[kernel],
+            num_splits=splits, split_kernel=h200_plans.SPLIT_KERNELS[kernel],
             merge_warps=warps, merge_pdl=bool(pdl), merge_by_lane=bool(by_lane),
-            split_fill_ring=bool(fill), R=c.R)
+            split_fill_ring=bool(fill), R=c.R, max_tiles=max_tiles)
     assert len(plans) == 2 * len(_configs())
     return plans
 
@@ -138,6 +142,33 @@ def test_h200_plans_with_the_merge_a_plain_launch(plan_bin, monkeypatch):
             name, plan)
 
 
+def test_h200_plans_without_the_two_pair_code(plan_bin, monkeypatch):
+    """A module without sm_90a code (the two-pair kernel a stub there) never takes the two-pair
+    form, forced or not: the plan is the MUSE_ATTN_PP_TWO_PAIRS=0 plan."""
+    off = _plans(plan_bin, monkeypatch, MUSE_ATTN_PP_TWO_PAIRS="0")
+    assert any(p["split_kernel"] == "pingpong_two_pairs" for p in _plans(plan_bin, monkeypatch).values())
+    assert _plans(plan_bin, monkeypatch, STUB_TWO_PAIRS_LOADED="0") == off
+    assert _plans(plan_bin, monkeypatch, STUB_TWO_PAIRS_LOADED="0", MUSE_ATTN_PP_TWO_PAIRS="1") == off
+
+
+def test_two_pairs_only_in_one_wave_by_default(plan_bin, monkeypatch):
+    """By default the two-pair form runs only where its CTAs, one an SM, fit in one wave and
+    segments have 128 tiles or more; forced on, wherever the ping-pong kernel runs."""
+    seen = 0
+    for sms in (132, 78, 114):
+        for name, plan in _plans(plan_bin, monkeypatch, sms=sms).items():
+            if plan["split_kernel"] != "pingpong_two_pairs":
+                continue
+            assert -(-plan["num_splits"] // 2) * plan["R"] * bench.H_KV <= sms, (sms, name, plan)
+            assert -(-plan["max_tiles"] // plan["num_splits"]) >= 128, (sms, name, plan)
+            seen += 1
+    assert seen > 0
+    # forced, past one wave too: full 128k R=4 (33 splits, 136 CTAs on 132 SMs)
+    forced = _plans(plan_bin, monkeypatch, MUSE_ATTN_PP_TWO_PAIRS="1")
+    assert forced["full128k-r4-d64"]["split_kernel"] == "pingpong_two_pairs"
+    assert _plans(plan_bin, monkeypatch)["full128k-r4-d64"]["split_kernel"] == "pingpong"
+
+
 def test_h200_plans_when_the_merge_code_has_no_wait(plan_bin, monkeypatch):
     """A build whose merge lacks the dependency wait (no sm_90 code) launches it plainly, so the
     plan is the MUSE_ATTN_PDL=0 plan."""
@@ -148,7 +179,8 @@ def test_h200_plans_when_the_merge_code_has_no_wait(plan_bin, monkeypatch):
 @pytest.mark.parametrize("override, kernel", [
     ({"MUSE_ATTN_PAIRS": "1", "MUSE_ATTN_PINGPONG": "0"}, "two_tile"),
     ({"MUSE_ATTN_PAIRS": "0", "MUSE_ATTN_PINGPONG": "0"}, "per_tile"),
-    ({"MUSE_ATTN_PINGPONG": "1"}, "pingpong")])
+    ({"MUSE_ATTN_PINGPONG": "1", "MUSE_ATTN_PP_TWO_PAIRS": "0"}, "pingpong"),
+    ({"MUSE_ATTN_PINGPONG": "1", "MUSE_ATTN_PP_TWO_PAIRS": "1"}, "pingpong_two_pairs")])
 def test_h200_forced_split_kernels(plan_bin, monkeypatch, override, kernel):
     for name, plan in _plans(plan_bin, monkeypatch, **override).items():
         assert plan["split_kernel"] == (kernel if name.endswith("-d64") else "per_tile"), (

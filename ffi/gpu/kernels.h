@@ -123,6 +123,10 @@ gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream
 // architecture and the driver JIT-compiled its PTX (e.g. CMAKE_CUDA_ARCHITECTURES=80 on an
 // H100), whatever the device supports. A programmatic dependent launch needs it.
 bool merge_waits_for_split();
+// Whether the split code loaded for the current device has the ping-pong kernel's two-pairs-a-CTA
+// form (split_kernel_pp2, built for sm_90a only: the warpgroup MMA's 128 registers a thread); a
+// module with sm_90 code alone has a stub there, which the launch plan never picks.
+bool pingpong_two_pairs_loaded();
 
 }  // namespace muse_attn::gpu
 

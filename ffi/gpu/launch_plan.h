@@ -45,6 +45,7 @@ struct LaunchPlan {
   bool split_pingpong = false;  // the ping-pong split kernel (split_kernel.cu.cc; NVIDIA, D = 64)
   bool split_pairs = false;     // split_kernel taking two-tile segments as one step (D = 64)
   bool split_fill_ring = false; // split_kernel issuing a kStages-tile segment's copies at once (D = 64)
+  bool split_pp_two_pairs = false;  // with split_pingpong: as two pairs a CTA, one CTA an SM
 };
 
 // The ping-pong split kernel (two warpgroups a CTA taking alternate tiles) where a segment can
@@ -54,6 +55,20 @@ struct LaunchPlan {
 // 128k R=2 (32) 40.05 vs 42.0, 32k R=4 (16) 24.1 vs 25.0, 32k R=8 (32) 40.05 vs 41.6; but 32k
 // R=2 (8) 13.6 vs 13.25, 32k R=1 (4) 10.1 vs 9.7 and every latency-bound config slower.
 inline constexpr int kPingpongMinSegmentTiles = 16;
+
+// The ping-pong kernel as two pairs a CTA, one CTA an SM, each pair on its own segment (the same
+// work as two one-pair CTAs an SM, without a CTA placed second on its SM, which ran slower than
+// the first, benchmarks/NOTES.md version 41), where a segment can have at least this many tiles
+// and its CTAs fit one an SM. On an H200 (NOTES.md version 42, us, one pair / two pairs), through
+// JAX (device clock, command buffers on, 3 runs each, A B B A A B): 128 tiles a segment, full
+// 128k R=8 127.84-127.88 / 126.89-126.94; 64 tiles even or slower: 32k R=16 67.67-67.68 /
+// 67.77-67.82, 64k R=8 67.16-67.27 / 67.09-67.15. The kernels alone (graph, three rounds) had
+// favoured 64 tiles too (32k R=16 68.05-68.09 / 67.69-67.71, 64k R=8 67.99-68.08 / 67.55-67.59;
+// 128 tiles: 64k R=16 128.7-129.0 / 126.9-127.7, 128k R=8 129.0-130.1 / 127.8-128.2), 32 tiles
+// even (32k R=8 37.89 / 37.78-37.87), 16 slower (32k R=4 23.22 / 23.38, another run): only the
+// JAX figures decide. Past one wave (full 128k R=4, 33 splits: 136 CTAs on 132 SMs) 92 us against
+// 68, which the one-wave condition keeps out.
+inline constexpr int kPpTwoPairsMinSegmentTiles = 128;
 
 // split_kernel_pairs<64> (a segment of exactly two tiles as one 128-key step: both tiles' score
 // MMAs in one round trip, one softmax, both P V in one round trip; the warpgroup MMA only) where
@@ -250,6 +265,18 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   const int64_t merge_ctas = int64_t{mg.x} * mg.y;
   const bool pdl_merge_fits =
       plan.merge_pdl && ctas + merge_ctas <= int64_t{kFillRingMaxCtasPerSm} * sms;
+  // The ping-pong kernel as two pairs a CTA (kPpTwoPairsMinSegmentTiles) where its CTAs, one an
+  // SM, fit in one wave; MUSE_ATTN_PP_TWO_PAIRS=1 / 0 forces it on (where the ping-pong kernel
+  // runs, in any number of waves) / off (tests, benchmarks); read once a process. Never where the
+  // loaded module lacks it (sm_90 code alone, without sm_90a's).
+  static const int two_pairs = env_force("MUSE_ATTN_PP_TWO_PAIRS");
+  static const bool two_pairs_loaded = sm90_device && pingpong_two_pairs_loaded();
+  const dim3 sg = split_grid(p);
+  const int64_t two_pair_ctas = int64_t{(sg.x + 1) / 2} * sg.y * sg.z;
+  plan.split_pp_two_pairs =
+      plan.split_pingpong && two_pairs_loaded &&
+      (two_pairs == 1 || (two_pairs == -1 && tiles >= kPpTwoPairsMinSegmentTiles &&
+                          two_pair_ctas <= sms));
   // MUSE_ATTN_PAIRS=1 / 0 forces split_kernel_pairs<64> on / off where the ping-pong kernel is
   // not chosen (tests, benchmarks); read once a process.
   static const int pairs = env_force("MUSE_ATTN_PAIRS");

@@ -29,7 +29,7 @@ extern "C" int MUSE_GPU_HANDLER_SYMBOL(MuseLaunchPlan)(const int sizes[kMuseNumS
   const VerifyParams p = sized_params(num_requests, tokens, num_q_heads, num_kv_heads, head_dim,
                                       pages, window, num_splits, /*num_reqs_static=*/-1);
   const LaunchPlan lp = plan_launch(p);
-  plan[kMuseSplitKernel] = lp.split_pingpong ? 2 : lp.split_pairs ? 1 : 0;
+  plan[kMuseSplitKernel] = lp.split_pingpong ? (lp.split_pp_two_pairs ? 3 : 2) : lp.split_pairs ? 1 : 0;
   plan[kMuseMergeWarps] = lp.merge_warps;
   plan[kMuseMergePdl] = lp.merge_pdl ? 1 : 0;
   plan[kMuseMergeByLane] = lp.merge_by_lane ? 1 : 0;

@@ -18,7 +18,7 @@ enum MuseLaunchPlanSize {
 };
 // What plan[] holds, in this order.
 enum MuseLaunchPlanField {
-  kMuseSplitKernel,  // 0: per tile; 1: two-tile steps; 2: ping-pong
+  kMuseSplitKernel,  // 0: per tile; 1: two-tile steps; 2: ping-pong; 3: ping-pong, two pairs a CTA
   kMuseMergeWarps,   // warps a row in the merge
   kMuseMergePdl,     // 1: the merge is a programmatic dependent launch
   kMuseMergeByLane,  // 1: the merge weighs a segment on one lane, 0: on every lane

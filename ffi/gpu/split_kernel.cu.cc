@@ -526,26 +526,27 @@ inline constexpr int kPpMinCtasPerSm = 2;
 #else
 inline constexpr int kPpMinCtasPerSm = 1;
 #endif
-template <int D>
-__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(VerifyParams p) {
-  extern __shared__ __align__(16) char smem_raw[];
-  char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
-                                  kSmemAlign) % kSmemAlign);
+// One ping-pong pair (two teams, kPpThreads threads) working on segment c.seg (after the
+// entry point's grid_launch_dependents): the body of
+// split_kernel_pp (one pair a CTA) and of split_kernel_pp2 (two pairs a CTA, each on its own
+// segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
+// kBar: the first of the pair's named barriers (4, and a fifth where kPaired: the hand-over,
+// __syncthreads() in a CTA of one pair).
+template <int D, int kBar, bool kPaired>
+__device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const smem, const int tid,
+                                            const SplitCta c) {
   using Warp = WarpAttention<D>;
   constexpr int P = kPpStagesPerTeam;  // a team's stages
   constexpr int kStages = 2 * P;
   static_assert(P >= 2, "two stages a team at least");
   constexpr int R = Warp::kRowsPerLane;
 
-  grid_launch_dependents();
   MUSE_TIMELINE(p, 0, 0);  // the stamps as split_kernel's, by thread 0 (team 0)
   MUSE_TIMELINE_CLOCK(timeline_clock0);
   MUSE_TIMELINE_SM(p, 0, timeline_clock0);
-  const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;
   const int raw_len = p.seq_lens[c.req];
-  const int tid = threadIdx.x;
   const int team = tid / kTeamThreads;
   const int ttid = tid % kTeamThreads;
   const int warp = ttid / kWarpSize;
@@ -599,15 +600,15 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   // turn barrier is fed by exactly one arrive: team j's i-th turn by the other's arrive after
   // its (i - 1 + j)-th MMAs, team 0's first by team 1's arrive here.
   auto team_bar = [&] {
-    if (team == 0) named_bar_sync<1, kTeamThreads>(); else named_bar_sync<2, kTeamThreads>();
+    if (team == 0) named_bar_sync<kBar, kTeamThreads>(); else named_bar_sync<kBar + 1, kTeamThreads>();
   };
   auto my_turn = [&] {
-    if (team == 0) named_bar_sync<3, kPpThreads>(); else named_bar_sync<4, kPpThreads>();
+    if (team == 0) named_bar_sync<kBar + 2, kPpThreads>(); else named_bar_sync<kBar + 3, kPpThreads>();
   };
   auto their_turn = [&] {
-    if (team == 0) named_bar_arrive<4, kPpThreads>(); else named_bar_arrive<3, kPpThreads>();
+    if (team == 0) named_bar_arrive<kBar + 3, kPpThreads>(); else named_bar_arrive<kBar + 2, kPpThreads>();
   };
-  if (team == 1) named_bar_arrive<3, kPpThreads>();
+  if (team == 1) named_bar_arrive<kBar + 2, kPpThreads>();
   // The id loads stay behind the refill's copies here: issued ahead of them, as split_kernel
   // does, this kernel was 0.2-0.5 us slower (benchmarks/NOTES.md version 23).
   for (int i = 0; i < n_team; ++i) {
@@ -652,7 +653,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
 #pragma unroll
         for (int c = 0; c < 4; ++c) xfer[(2 * R + 4 * n + c) * kTeamThreads] = w.o[n][c];
     }
-    __syncthreads();
+    if constexpr (kPaired) named_bar_sync<kBar + 4, kPpThreads>(); else __syncthreads();
     if (team == 1) return;
     float w0[R], w1[R];
 #pragma unroll
@@ -676,6 +677,51 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
   write_partials(p, w, st, c.group, c.seg, row0);
   MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
   MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
+}
+
+// A pair's shared memory past the alignment slack (pp_smem_bytes is one pair's with it).
+template <int D>
+__host__ __device__ constexpr int pp_pair_bytes() {
+  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes;
+}
+template <int D>
+__device__ __forceinline__ char* pp_smem_aligned() {
+  extern __shared__ __align__(16) char smem_raw[];
+  return smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) % kSmemAlign) %
+                     kSmemAlign);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(VerifyParams p) {
+  char* const smem = pp_smem_aligned<D>();
+  grid_launch_dependents();
+  run_pp_pair<D, 1, false>(p, smem, threadIdx.x, split_cta(p));
+}
+
+// Two pairs a CTA, one CTA an SM, each pair on its own segment (2 x, 2 x + 1): the same work as
+// split_kernel_pp's two CTAs an SM, without a CTA placed second on its SM beside another (which
+// ran slower than the first and ended up to ~4 us after it at full 32k R = 8-16, session 41's
+// per-CTA stamps, benchmarks/NOTES.md version 41). Launched with grid x = ceil(S / 2); a pair
+// whose segment is past the group's ends at once (each pair has its own barriers: 1-5, 6-10).
+template <int D>
+__global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyParams p) {
+#if defined(MUSE_ATTN_WGMMA)
+  grid_launch_dependents();
+  SplitCta c = split_cta(p);
+  const int pair = threadIdx.x / kPpThreads;
+  c.seg = 2 * static_cast<int>(blockIdx.x) + pair;
+  if (pair == 0)
+    run_pp_pair<D, 1, true>(p, pp_smem_aligned<D>(), threadIdx.x, c);
+  else
+    run_pp_pair<D, 6, true>(p, pp_smem_aligned<D>() + pp_pair_bytes<D>(), threadIdx.x - kPpThreads, c);
+#else
+  // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
+  // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
+  // kernel has dynamic shared memory only), which the launch plan asks first.
+  __shared__ int no_two_pairs_code;
+  if (threadIdx.x == 0) *static_cast<volatile int*>(&no_two_pairs_code) = p.num_requests;
+  __trap();
+#endif
 }
 #endif  // MUSE_ATTN_CUDA (the ping-pong split kernel)
 
@@ -717,7 +763,16 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 }
 
 #if defined(MUSE_ATTN_CUDA)
-gpuError_t launch_split_pingpong(const VerifyParams& p, gpuStream_t stream) {
+gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStream_t stream) {
+  if (two_pairs) {
+    constexpr int smem = pp_smem_bytes<64>() + pp_pair_bytes<64>();
+    static std::atomic<uint64_t> done{0};
+    if (gpuError_t e = allow_smem_once(split_kernel_pp2<64>, smem, done); e != gpuSuccess) return e;
+    dim3 grid = split_grid(p);
+    grid.x = (grid.x + 1) / 2;
+    split_kernel_pp2<64><<<grid, 2 * kPpThreads, smem, stream>>>(p);
+    return gpuGetLastError();
+  }
   constexpr int smem = pp_smem_bytes<64>();
   static std::atomic<uint64_t> done{0};
   if (gpuError_t e = allow_smem_once(split_kernel_pp<64>, smem, done); e != gpuSuccess) return e;
@@ -728,9 +783,22 @@ gpuError_t launch_split_pingpong(const VerifyParams& p, gpuStream_t stream) {
 
 }  // namespace
 
+bool pingpong_two_pairs_loaded() {
+#if defined(MUSE_ATTN_CUDA)
+  cudaFuncAttributes attr = {};
+  if (cudaFuncGetAttributes(&attr, split_kernel_pp2<64>) != cudaSuccess) {
+    (void)cudaGetLastError();  // not left for the next launch's error check
+    return false;
+  }
+  return attr.sharedSizeBytes == 0;  // the stub has a static shared word, the kernel none
+#else
+  return false;
+#endif
+}
+
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
 #if defined(MUSE_ATTN_CUDA)
-  if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, stream);
+  if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, plan.split_pp_two_pairs, stream);
 #endif
   if (plan.split_pairs && p.head_dim == 64) return launch_split_d<64, true>(p, stream);
 #if defined(MUSE_ATTN_CUDA)
