@@ -171,7 +171,7 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
     ``split_fill_ring`` (with "per_tile": a segment of exactly 4 tiles issues all its tiles'
     copies before its first wait). "two_tile" and "pingpong" name the kernel variant launched;
     their steps are compiled for sm_90a (the default CUDA build), so a build without sm_90a code
-    runs them tile by tile. The ``MUSE_ATTN_PINGPONG`` / ``MUSE_ATTN_PP_TWO_PAIRS`` / ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL``
+    runs them tile by tile; such a build never runs "pingpong_two_pairs". The ``MUSE_ATTN_PINGPONG`` / ``MUSE_ATTN_PP_TWO_PAIRS`` / ``MUSE_ATTN_PAIRS`` / ``MUSE_ATTN_PDL``
     / ``MUSE_ATTN_MERGE_BY_LANE`` / ``MUSE_ATTN_FILL_RING`` overrides apply as in a call (read
     once a process).
     RuntimeError on a platform with no GPU handler (the CPU handler has one plan).

@@ -155,9 +155,10 @@ for s in "${steps[@]}"; do
       # KBSAN_ARGS: configs (L R window splits ...). The default takes every split kernel the plan
       # picks on an H200 (session 39's plan query): two-tile (2k R=4, 4k R=3 SWA 256, 32k R=2 SWA
       # 2048, 8k R = 1-2), fill-ring (8k R=4; 8k R=5 with the merge launched plainly), ping-pong
-      # (32k R=4), plain (1k R=2 with 3 splits), the ping-pong kernel as two pairs a CTA (16k R=4
-      # with 4 splits; 16k R=3 with 3: the last CTA's second pair has no segment)
-      kbsan_default="2048 4 0 0 4096 3 256 0 32768 2 2048 0 8192 5 0 0 1000 2 0 3 8192 1 0 0 8192 2 0 0 8192 4 0 0 32768 4 0 0 16384 4 0 4 16384 3 0 3"
+      # (32k R=4), plain (1k R=2 with 3 splits), the ping-pong kernel as two pairs a CTA (32k R=4
+      # with 4 splits, 128 tiles a segment; 32k R=3 with 3, 171: the last CTA's second pair has no
+      # segment; session 42 ran 16k R=4 / R=3 at 4 / 3 splits, two pairs under its first 64-tile rule)
+      kbsan_default="2048 4 0 0 4096 3 256 0 32768 2 2048 0 8192 5 0 0 1000 2 0 3 8192 1 0 0 8192 2 0 0 8192 4 0 0 32768 4 0 0 32768 4 0 4 32768 3 0 3"
       for tool in racecheck memcheck; do
         for poison in 0 1; do
           export MUSE_KB_ONCE=1

@@ -155,7 +155,7 @@ def test_two_pairs_only_in_one_wave_by_default(plan_bin, monkeypatch):
     """By default the two-pair form runs only where its CTAs, one an SM, fit in one wave and
     segments have 128 tiles or more; forced on, wherever the ping-pong kernel runs."""
     seen = 0
-    for sms in (132, 78, 114):
+    for sms in (132, 78, 114, 124):
         for name, plan in _plans(plan_bin, monkeypatch, sms=sms).items():
             if plan["split_kernel"] != "pingpong_two_pairs":
                 continue
@@ -167,6 +167,20 @@ def test_two_pairs_only_in_one_wave_by_default(plan_bin, monkeypatch):
     forced = _plans(plan_bin, monkeypatch, MUSE_ATTN_PP_TWO_PAIRS="1")
     assert forced["full128k-r4-d64"]["split_kernel"] == "pingpong_two_pairs"
     assert _plans(plan_bin, monkeypatch)["full128k-r4-d64"]["split_kernel"] == "pingpong"
+    # one wave: 124 SMs cut full 128k R=8 into 15 segments of 137 tiles: 8 two-pair CTAs a group
+    # x 16 groups = 128 > 124, so one pair a CTA
+    at124 = _plans(plan_bin, monkeypatch, sms=124)["full128k-r8-d64"]
+    assert (at124["num_splits"], at124["split_kernel"]) == (15, "pingpong"), at124
+
+
+@pytest.mark.parametrize("major", [8, 10])
+def test_two_pairs_only_on_sm90(plan_bin, monkeypatch, major):
+    """Forced with the ping-pong kernel on another GPU, the two-pair form still is not taken (its
+    code is built for sm_90a only)."""
+    for name, plan in _plans(plan_bin, monkeypatch, major=major, MUSE_ATTN_PINGPONG="1",
+                             MUSE_ATTN_PP_TWO_PAIRS="1").items():
+        assert plan["split_kernel"] == ("pingpong" if name.endswith("-d64") else "per_tile"), (
+            name, plan)
 
 
 def test_h200_plans_when_the_merge_code_has_no_wait(plan_bin, monkeypatch):
