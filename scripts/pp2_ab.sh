@@ -4,8 +4,8 @@
 # three rounds, no base, no timeline, no poisoned check): checks
 # (clean at the ping-pong configs, poisoned with the ping-pong kernel forced; each run's exit status and
 # its count of check lines printed: a hang or a trap shows as rc != 0 or missing lines), two A/B rounds,
-# then the one-pair form's per-CTA stamps ($OUT/tl_pp1.csv; the two-pair form's stamps would be wrong:
-# only pair 0's thread 0 stamps, at the halved grid's CTA index). With .kb_base carried (another
+# then both forms' per-segment stamps ($OUT/tl_pp1.csv, tl_pp2.csv: since session 42 each pair
+# stamps as the one-pair CTA of its segment would; not yet run so). With .kb_base carried (another
 # commit's sources: `rm -rf .kb_base && mkdir .kb_base && git archive REF ffi benchmarks | tar -x -C
 # .kb_base`; in session 42 the commit before the two-pair form, whose one-pair kernel had its body
 # inline), the base's kernels run in each round too.
@@ -43,5 +43,8 @@ for r in $rounds; do
   if [[ -z "${PP2_LONG:-}" && -x /tmp/kb_base ]]; then echo "== base, round $r"; timeout 60 /tmp/kb_base $CFG | short; fi
 done
 [[ -n "${PP2_LONG:-}" ]] && exit 0
-echo "== timeline, one pair"
-MUSE_ATTN_PP_TWO_PAIRS=0 MUSE_KB_TL_CSV=${OUT:-/tmp}/tl_pp1.csv timeout 60 /tmp/kbtl 32768 8 0 16 131072 2 0 64 | grep -E "^full|tiles done|dep wait"
+for n in 1 2; do
+  echo "== timeline, pairs a CTA: $n"
+  MUSE_ATTN_PP_TWO_PAIRS=$((n - 1)) MUSE_KB_TL_CSV=${OUT:-/tmp}/tl_pp$n.csv timeout 60 /tmp/kbtl \
+    32768 8 0 16 131072 2 0 64 131072 8 0 16 | grep -E "^full|tiles done|dep wait|SMs with"
+done

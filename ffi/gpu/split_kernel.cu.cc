@@ -541,9 +541,14 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   static_assert(P >= 2, "two stages a team at least");
   constexpr int R = Warp::kRowsPerLane;
 
-  MUSE_TIMELINE(p, 0, 0);  // the stamps as split_kernel's, by thread 0 (team 0)
+  // The stamps as split_kernel's, by the pair's thread 0 (team 0), at the one-pair grid's CTA
+  // index of its segment (a second pair past the last segment stamps nothing).
+  MUSE_TIMELINE_AS_WHO(tl_cta, tl_stamper,
+                       c.seg + int64_t{p.num_splits.divisor()} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z),
+                       tid == 0 && c.seg < p.num_splits.divisor());
+  MUSE_TIMELINE_AS(p, 0, 0, tl_cta, tl_stamper);
   MUSE_TIMELINE_CLOCK(timeline_clock0);
-  MUSE_TIMELINE_SM(p, 0, timeline_clock0);
+  MUSE_TIMELINE_SM_AS(p, 0, timeline_clock0, tl_cta, tl_stamper);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;
   const int raw_len = p.seq_lens[c.req];
@@ -563,7 +568,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     copy_wait<0>();
     return;
   }
-  MUSE_TIMELINE(p, 0, 1);  // seq_lens read
+  MUSE_TIMELINE_AS(p, 0, 1, tl_cta, tl_stamper);  // seq_lens read
   const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
   const int n_other = (t1 - t0) - n_team;             // the other team's
   auto team_tile = [&](int i) { return t0 + team + 2 * i; };
@@ -586,7 +591,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
       copy_commit();
     }
   }
-  MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
+  MUSE_TIMELINE_AS(p, 0, 2, tl_cta, tl_stamper);  // first block ids read, first copies issued
   TileEntries next{};
   if (P - 1 < n_team) next = load_tile_entries(src, team_tile(P - 1));
 
@@ -622,8 +627,8 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     const int slot = i % P;
     const KvTile<D> tile = tile_at(slot);
     if (i == 0) {
-      MUSE_TIMELINE(p, 0, 3);  // team 0's first tile (and its Q) in shared memory
-      MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
+      MUSE_TIMELINE_AS(p, 0, 3, tl_cta, tl_stamper);  // team 0's first tile (and its Q) in shared memory
+      MUSE_TIMELINE_CYCLES_AS(p, 0, 10, timeline_clock0, tl_cta, tl_stamper);
     }
     w.load_q(q_tile, 16 * warp);  // every tile: 4 ldmatrix, and no registers held for Q between
     my_turn();
@@ -634,8 +639,8 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     team_bar();  // the team's stage is refilled next iteration
   }
   copy_wait<0>();
-  MUSE_TIMELINE(p, 0, 4);  // team 0's tiles done
-  MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
+  MUSE_TIMELINE_AS(p, 0, 4, tl_cta, tl_stamper);  // team 0's tiles done
+  MUSE_TIMELINE_CYCLES_AS(p, 0, 11, timeline_clock0, tl_cta, tl_stamper);
 
   if (t1 - t0 > 1) {  // team 1 saw tiles: its state to team 0 through team 1's stages
     constexpr int kOut = D / 8 * 4;
@@ -675,8 +680,8 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   }
 
   write_partials(p, w, st, c.group, c.seg, row0);
-  MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
-  MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
+  MUSE_TIMELINE_AS(p, 0, 5, tl_cta, tl_stamper);  // partials stored (issued)
+  MUSE_TIMELINE_CYCLES_AS(p, 0, 7, timeline_clock0, tl_cta, tl_stamper);
 }
 
 // A pair's shared memory past the alignment slack (pp_smem_bytes is one pair's with it).

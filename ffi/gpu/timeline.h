@@ -39,7 +39,36 @@ __device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int eve
   if (threadIdx.x != 0) return;
   *timeline_slot(buf, base, event) = clock64() - since;
 }
+// The same stamps keyed by a given CTA index, by a given thread: the ping-pong kernel's pairs, each
+// stamping as the one-pair kernel's CTA of its segment (its thread 0, while its segment exists).
+__device__ __forceinline__ void timeline_stamp_as(uint64_t* buf, int base, int event, int64_t cta,
+                                                  bool stamper) {
+  if (!stamper) return;
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  buf[(base + cta) * kTimelineEvents + event] = t;
+}
 #define MUSE_TIMELINE(params, base, event) ::muse_attn::gpu::timeline_stamp((params).timeline, base, event)
+// Declares `cta` and `stamper` for the _AS stamps (nothing outside the timeline build).
+#define MUSE_TIMELINE_AS_WHO(cta, stamper, cta_expr, stamper_expr) \
+  const int64_t cta = (cta_expr);                                   \
+  const bool stamper = (stamper_expr)
+#define MUSE_TIMELINE_AS(params, base, event, cta, stamper) \
+  ::muse_attn::gpu::timeline_stamp_as((params).timeline, base, event, cta, stamper)
+#define MUSE_TIMELINE_CYCLES_AS(params, base, event, since, cta, stamper)                  \
+  do {                                                                                     \
+    if (stamper) (params).timeline[((base) + (cta)) * ::muse_attn::gpu::kTimelineEvents + (event)] = \
+        clock64() - (since);                                                               \
+  } while (0)
+#define MUSE_TIMELINE_SM_AS(params, base, clock0, cta, stamper)                                   \
+  do {                                                                                          \
+    if (stamper) {                                                                              \
+      unsigned sm_id;                                                                           \
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));                                        \
+      (params).timeline[((base) + (cta)) * ::muse_attn::gpu::kTimelineEvents + 12] = sm_id;     \
+      (params).timeline[((base) + (cta)) * ::muse_attn::gpu::kTimelineEvents + 13] = (clock0);  \
+    }                                                                                           \
+  } while (0)
 #define MUSE_TIMELINE_CLOCK(var) const uint64_t var = clock64()
 #define MUSE_TIMELINE_CYCLES(params, base, event, since) \
   ::muse_attn::gpu::timeline_cycles((params).timeline, base, event, since)
@@ -59,6 +88,10 @@ __device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int eve
 #define MUSE_TIMELINE_CLOCK(var) static_assert(true)
 #define MUSE_TIMELINE_CYCLES(params, base, event, since) ((void)0)
 #define MUSE_TIMELINE_SM(params, base, clock0) ((void)0)
+#define MUSE_TIMELINE_AS_WHO(cta, stamper, cta_expr, stamper_expr) static_assert(true)
+#define MUSE_TIMELINE_AS(params, base, event, cta, stamper) ((void)0)
+#define MUSE_TIMELINE_CYCLES_AS(params, base, event, since, cta, stamper) ((void)0)
+#define MUSE_TIMELINE_SM_AS(params, base, clock0, cta, stamper) ((void)0)
 #endif
 
 }  // namespace muse_attn::gpu
