@@ -57,16 +57,16 @@ struct LaunchPlan {
 inline constexpr int kPingpongMinSegmentTiles = 16;
 
 // The ping-pong kernel as two pairs a CTA, one CTA an SM, each pair on its own segment (the same
-// work as two one-pair CTAs an SM, without a CTA placed second on its SM, which ran slower than
-// the first, benchmarks/NOTES.md version 41), where a segment can have at least this many tiles
-// and its CTAs fit one an SM. On an H200 (NOTES.md version 42, us, one pair / two pairs), through
-// JAX (device clock, command buffers on, 3 runs each, A B B A A B): 128 tiles a segment, full
-// 128k R=8 127.84-127.88 / 126.89-126.94; at 64 tiles at most 0.1 either way: 32k R=16
-// 67.67-67.68 / 67.77-67.82, 64k R=8 67.16-67.27 / 67.09-67.15. The kernels alone (graph, three
-// rounds) had favoured 64 tiles too (32k R=16 68.05-68.09 / 67.69-67.71, 64k R=8 67.99-68.08 / 67.55-67.59;
-// 128 tiles: 64k R=16 128.7-129.0 / 126.9-127.7, 128k R=8 129.0-130.1 / 127.8-128.2), 32 tiles
-// even (32k R=8 37.89 / 37.78-37.87), 16 slower (32k R=4 23.22 / 23.38, another run): only the
-// JAX figures decide. Past one wave (forced at full 128k R=4, 33 splits: 136 CTAs on 132 SMs) 92 us
+// work as two one-pair CTAs an SM, without a CTA placed second on its SM, which ran slower than the
+// first, benchmarks/NOTES.md version 41), where a segment can have at least this many tiles and its
+// CTAs fit one an SM. On an H200 (NOTES.md version 42, us, one pair / two pairs), through JAX
+// (device clock, command buffers on, 3 runs each, A B B A A B): 128 tiles a segment, full 128k R=8
+// 127.84-127.88 / 126.89-126.94; at 64 tiles at most 0.1 either way: 32k R=16 67.67-67.68 /
+// 67.77-67.82, 64k R=8 67.16-67.27 / 67.09-67.15. The kernels alone (graph, three rounds) had
+// favoured 64 tiles too (32k R=16 68.05-68.09 / 67.69-67.71, 64k R=8 67.99-68.08 / 67.55-67.59; 128
+// tiles: 64k R=16 128.7-129.0 / 126.9-127.7, 128k R=8 129.0-130.1 / 127.8-128.2), 32 tiles even
+// (32k R=8 37.89 / 37.78-37.87), 16 slower (32k R=4 23.22 / 23.38, another run): only the JAX
+// figures decide. Past one wave (forced at full 128k R=4, 33 splits: 136 CTAs on 132 SMs) 92 us
 // against 68; by default the tile bound keeps that one out (63 tiles), and the one-wave condition
 // others with an odd split count (e.g. full 128k R=8 on 124 SMs: 15 splits, 137 tiles, 128 CTAs).
 inline constexpr int kPpTwoPairsMinSegmentTiles = 128;
