@@ -514,9 +514,14 @@ constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
 // Stages a team (its own, not Stages<D>: the measured choice, 2 a team beat 3 where bytes rule,
 // NOTES.md version 14), then the two teams' query tiles.
 inline constexpr int kPpStagesPerTeam = 2;
+// A pair's shared memory past the alignment slack, and a one-pair CTA's with it.
+template <int D>
+__host__ __device__ constexpr int pp_pair_bytes() {
+  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes;
+}
 template <int D>
 constexpr int pp_smem_bytes() {
-  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes + kSmemAlign;
+  return pp_pair_bytes<D>() + kSmemAlign;
 }
 
 // 2 CTAs an SM (128 registers) where it is tuned, the warpgroup MMA's sm_90a; elsewhere (the
@@ -684,11 +689,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   MUSE_TIMELINE_CYCLES_AS(p, 0, 7, timeline_clock0, tl_cta, tl_stamper);
 }
 
-// A pair's shared memory past the alignment slack (pp_smem_bytes is one pair's with it).
-template <int D>
-__host__ __device__ constexpr int pp_pair_bytes() {
-  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes;
-}
 template <int D>
 __device__ __forceinline__ char* pp_smem_aligned() {
   extern __shared__ __align__(16) char smem_raw[];

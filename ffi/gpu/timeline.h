@@ -23,66 +23,54 @@ __device__ __forceinline__ int64_t linear_cta_index() {
 }
 
 #if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)
-// &buf[(base + linear CTA index) * kTimelineEvents + event]: this CTA's slot for the event.
-__device__ __forceinline__ uint64_t* timeline_slot(uint64_t* buf, int base, int event) {
-  return buf + (base + linear_cta_index()) * kTimelineEvents + event;
+// Each stamp is written by one thread (`stamper`: thread 0 of the CTA for the plain forms) into
+// CTA `cta`'s slot for the event, &buf[(base + cta) * kTimelineEvents + event]; the _AS forms take
+// both explicitly (the ping-pong kernel's pairs, each stamping as the one-pair kernel's CTA of its
+// segment: its thread 0, while its segment exists).
+__device__ __forceinline__ uint64_t* timeline_slot(uint64_t* buf, int base, int event, int64_t cta) {
+  return buf + (base + cta) * kTimelineEvents + event;
 }
 // The slot = %globaltimer (ns).
-__device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int event) {
-  if (threadIdx.x != 0) return;
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  *timeline_slot(buf, base, event) = t;
-}
-// The slot = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
-__device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int event, uint64_t since) {
-  if (threadIdx.x != 0) return;
-  *timeline_slot(buf, base, event) = clock64() - since;
-}
-// The same stamps keyed by a given CTA index, by a given thread: the ping-pong kernel's pairs, each
-// stamping as the one-pair kernel's CTA of its segment (its thread 0, while its segment exists).
-__device__ __forceinline__ void timeline_stamp_as(uint64_t* buf, int base, int event, int64_t cta,
-                                                  bool stamper) {
+__device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int event, int64_t cta,
+                                               bool stamper) {
   if (!stamper) return;
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  buf[(base + cta) * kTimelineEvents + event] = t;
+  *timeline_slot(buf, base, event, cta) = t;
 }
-#define MUSE_TIMELINE(params, base, event) ::muse_attn::gpu::timeline_stamp((params).timeline, base, event)
+// The slot = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
+__device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int event, uint64_t since,
+                                                int64_t cta, bool stamper) {
+  if (stamper) *timeline_slot(buf, base, event, cta) = clock64() - since;
+}
+// The CTA's SM (%smid) into slot 12 and `clock0` (its clock64() at the start) into slot 13, so that
+// the cycle stamps of two CTAs on one SM (one SM clock) can be compared with each other.
+__device__ __forceinline__ void timeline_sm(uint64_t* buf, int base, uint64_t clock0, int64_t cta,
+                                            bool stamper) {
+  if (!stamper) return;
+  unsigned sm_id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));
+  *timeline_slot(buf, base, 12, cta) = sm_id;
+  *timeline_slot(buf, base, 13, cta) = clock0;
+}
+#define MUSE_TIMELINE_AS(params, base, event, cta, stamper) \
+  ::muse_attn::gpu::timeline_stamp((params).timeline, base, event, cta, stamper)
+#define MUSE_TIMELINE_CYCLES_AS(params, base, event, since, cta, stamper) \
+  ::muse_attn::gpu::timeline_cycles((params).timeline, base, event, since, cta, stamper)
+#define MUSE_TIMELINE_SM_AS(params, base, clock0, cta, stamper) \
+  ::muse_attn::gpu::timeline_sm((params).timeline, base, clock0, cta, stamper)
+// The plain forms: this CTA's slot, by its thread 0.
+#define MUSE_TIMELINE(params, base, event) \
+  MUSE_TIMELINE_AS(params, base, event, ::muse_attn::gpu::linear_cta_index(), threadIdx.x == 0)
+#define MUSE_TIMELINE_CYCLES(params, base, event, since) \
+  MUSE_TIMELINE_CYCLES_AS(params, base, event, since, ::muse_attn::gpu::linear_cta_index(), threadIdx.x == 0)
+#define MUSE_TIMELINE_SM(params, base, clock0) \
+  MUSE_TIMELINE_SM_AS(params, base, clock0, ::muse_attn::gpu::linear_cta_index(), threadIdx.x == 0)
 // Declares `cta` and `stamper` for the _AS stamps (nothing outside the timeline build).
 #define MUSE_TIMELINE_AS_WHO(cta, stamper, cta_expr, stamper_expr) \
   const int64_t cta = (cta_expr);                                   \
   const bool stamper = (stamper_expr)
-#define MUSE_TIMELINE_AS(params, base, event, cta, stamper) \
-  ::muse_attn::gpu::timeline_stamp_as((params).timeline, base, event, cta, stamper)
-#define MUSE_TIMELINE_CYCLES_AS(params, base, event, since, cta, stamper)                  \
-  do {                                                                                     \
-    if (stamper) (params).timeline[((base) + (cta)) * ::muse_attn::gpu::kTimelineEvents + (event)] = \
-        clock64() - (since);                                                               \
-  } while (0)
-#define MUSE_TIMELINE_SM_AS(params, base, clock0, cta, stamper)                                   \
-  do {                                                                                          \
-    if (stamper) {                                                                              \
-      unsigned sm_id;                                                                           \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));                                        \
-      (params).timeline[((base) + (cta)) * ::muse_attn::gpu::kTimelineEvents + 12] = sm_id;     \
-      (params).timeline[((base) + (cta)) * ::muse_attn::gpu::kTimelineEvents + 13] = (clock0);  \
-    }                                                                                           \
-  } while (0)
 #define MUSE_TIMELINE_CLOCK(var) const uint64_t var = clock64()
-#define MUSE_TIMELINE_CYCLES(params, base, event, since) \
-  ::muse_attn::gpu::timeline_cycles((params).timeline, base, event, since)
-// The CTA's SM (%smid) into slot 12 and `clock0` (its clock64() at the start) into slot 13, so that
-// the cycle stamps of two CTAs on one SM (one SM clock) can be compared with each other.
-#define MUSE_TIMELINE_SM(params, base, clock0)                                                   \
-  do {                                                                                          \
-    if (threadIdx.x == 0) {                                                                     \
-      unsigned sm_id;                                                                           \
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_id));                                        \
-      *::muse_attn::gpu::timeline_slot((params).timeline, base, 12) = sm_id;                    \
-      *::muse_attn::gpu::timeline_slot((params).timeline, base, 13) = (clock0);                 \
-    }                                                                                           \
-  } while (0)
 #else
 #define MUSE_TIMELINE(params, base, event) ((void)0)
 #define MUSE_TIMELINE_CLOCK(var) static_assert(true)
