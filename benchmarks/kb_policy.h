@@ -10,11 +10,17 @@
 namespace kb_policy {
 
 // pingpong: attention.pingpong_split_kernel (an sm_90 GPU unless MUSE_ATTN_PINGPONG says otherwise).
-inline int default_splits(int groups, int sms, int max_tiles, bool pingpong) {
+// two_pairs: the launch plan runs the 2-an-SM count (2 * sms / groups) as the ping-pong kernel's
+// two pairs a CTA (attention._runs_two_pairs).
+inline int default_splits(int groups, int sms, int max_tiles, bool pingpong, bool two_pairs = false) {
   int full = 3 * sms / groups;  // D = 64: 3 CTAs an SM (_CTAS_PER_SM)
   const int hi = pingpong ? 128 : 32;  // _TWO_PER_SM_TILES(_PINGPONG)
+  const int two = 2 * sms / groups;
   if (full > 0 && 4 * full < max_tiles && max_tiles < hi * full)
-    full = 2 * sms / groups;
+    full = two;
+  else if (full > 0 && two > 0 && pingpong && two_pairs && hi * full <= max_tiles &&
+           max_tiles < 256 * full)  // _TWO_PER_SM_TILES_TWO_PAIRS_HI
+    full = two;
   // _CHEAP_MERGE_SPLITS, two CTAs an SM, _TILES_PER_SEGMENT_PAST_ONE_WAVE
   const int worth_it = std::max({32, 2 * sms / groups, (max_tiles + 3) / 4});
   const int s = std::max(sms / groups, std::min(full, worth_it));

@@ -79,7 +79,14 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
   const int max_tiles = window ? std::min((L + 63) / 64, (window + kNq - 1 + 63) / 64 + 1) : (L + 63) / 64;
-  if (splits <= 0) splits = kb_policy::default_splits(R * kHkv, sms, max_tiles, g_pingpong_policy);
+  if (splits <= 0) {  // as the library: two pairs where the plan runs the 2-an-SM count so
+    const int two = 2 * sms / (R * kHkv);
+    const bool two_pairs =
+        g_pingpong_policy && two > 0 &&
+        muse_attn::gpu::plan_launch(muse_attn::gpu::sized_params(R, kNq, kHq, kHkv, kD, pages, window, two, R))
+            .split_pp_two_pairs;
+    splits = kb_policy::default_splits(R * kHkv, sms, max_tiles, g_pingpong_policy, two_pairs);
+  }
   const size_t kv_elems = blocks * kHkv * kPage * 2 * kD;
   std::vector<uint16_t> h_kv(kv_elems), h_q(size_t{kNq} * R * kHq * kD);
   std::mt19937 rng(1);

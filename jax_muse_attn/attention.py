@@ -67,6 +67,13 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # 72.6-73.3; 64k R=8 16 69.9 vs 24: 73.9-74.0; 128k R=8 16 (128 tiles) 130.3-131.5 vs 24 (86):
 # 134.3-134.4; past it, 128k R=16 8 (256 tiles) 260.4-262.7 vs 12 (171 tiles, 3 an SM): 257.3-257.5.
 _TWO_PER_SM_TILES_PINGPONG = (4, 128)
+# Where the launch plan runs the 2-an-SM count's segments as two ping-pong pairs a CTA
+# (ffi/gpu/launch_plan.h: 128 tiles or more, one CTA an SM in one wave) the bound is 256 tiles at 3
+# an SM. Kernels alone on an H200 (benchmarks/NOTES.md version 42, graph, three rounds, us): full
+# 128k R=16 at 8 splits (256 tiles, two pairs) 252.05-256.74 vs 12 (171 tiles, 3 an SM, the plain
+# kernel): 257.45-258.95; through JAX (version 43, device clock, three runs each) 249.08-249.38 vs
+# 259.31-260.13 (benchmarks/results/h200_v43_pp2_split_count_jax_ab.txt).
+_TWO_PER_SM_TILES_TWO_PAIRS_HI = 256
 _TWO_PER_SM_TILES = (4, 32)
 # Shorter segments too: where the count above puts more than 2 CTAs on an SM with segments of
 # fewer than _TWO_PER_SM_TILES[0] tiles, 2 CTAs an SM (the merge then a programmatic dependent
@@ -90,6 +97,15 @@ def pingpong_split_kernel(shapes: _validate.Shapes, platform: str) -> bool:
     return _ffi.compute_capability_major() == 9
 
 
+def _runs_two_pairs(shapes: _validate.Shapes, num_splits: int) -> bool:
+    """Whether the GPU handler's launch plan runs these shapes at num_splits as the ping-pong
+    kernel's two pairs a CTA (asked of ffi/gpu/launch_plan.h; False where this build cannot say)."""
+    try:
+        return _ffi.gpu_launch_plan(shapes, num_splits)["split_kernel"] == "pingpong_two_pairs"
+    except (RuntimeError, ValueError):
+        return False
+
+
 def _default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
     """Segments a (request, KV head) group is cut into: static, from shapes and the device."""
     min_tiles = _MIN_TILES_PER_SEGMENT
@@ -107,9 +123,13 @@ def _default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         full = per_sm * sms // ctas_per_split  # every SM holds per_sm CTAs
         lo, hi = (_TWO_PER_SM_TILES_PINGPONG if pingpong_split_kernel(shapes, platform)
                   else _TWO_PER_SM_TILES)
-        if per_sm > 2 and full > 0 and lo * full < shapes.max_tiles < hi * full:
-            full = 2 * sms // ctas_per_split
         two_per_sm = 2 * sms // ctas_per_split
+        if per_sm > 2 and full > 0 and lo * full < shapes.max_tiles < hi * full:
+            full = two_per_sm
+        elif (per_sm > 2 and full > 0 and two_per_sm > 0 and hi == _TWO_PER_SM_TILES_PINGPONG[1]
+              and hi * full <= shapes.max_tiles < _TWO_PER_SM_TILES_TWO_PAIRS_HI * full
+              and _runs_two_pairs(shapes, two_per_sm)):
+            full = two_per_sm
         worth_it = max(_CHEAP_MERGE_SPLITS, two_per_sm,
                        -(-shapes.max_tiles // _TILES_PER_SEGMENT_PAST_ONE_WAVE))
         target = max(one_per_sm, min(full, worth_it))

@@ -26,9 +26,10 @@ TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7", "fu
 TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
             "full8k-r1"} | TWO_TILE_AT_TWO_AN_SM
 PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
-            "full128k-r2", "full128k-r4", "full128k-r8"}
-# of those, as two pairs a CTA (one CTA an SM): segments of 128 tiles or more, one wave
-PINGPONG_TWO_PAIRS = {"full128k-r8"}
+            "full128k-r2", "full128k-r4", "full128k-r8", "full128k-r16"}
+# of those, as two pairs a CTA (one CTA an SM): segments of 128 tiles or more, one wave (128k
+# R=16 at 8 splits, 256 tiles, since the split count's two-pair bound)
+PINGPONG_TWO_PAIRS = {"full128k-r8", "full128k-r16"}
 SPLIT_KERNELS = ("per_tile", "two_tile", "pingpong", "pingpong_two_pairs")  # the query's order
 FILL_RING = {"full8k-r4", "full32k-r1"}
 

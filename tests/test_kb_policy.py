@@ -15,9 +15,9 @@ HARNESS = r"""
 #include <cstdio>
 #include "kb_policy.h"
 int main() {
-  int groups, sms, max_tiles, pingpong;
-  while (std::scanf("%d %d %d %d", &groups, &sms, &max_tiles, &pingpong) == 4)
-    std::printf("%d\n", kb_policy::default_splits(groups, sms, max_tiles, pingpong != 0));
+  int groups, sms, max_tiles, pingpong, two_pairs;
+  while (std::scanf("%d %d %d %d %d", &groups, &sms, &max_tiles, &pingpong, &two_pairs) == 5)
+    std::printf("%d\n", kb_policy::default_splits(groups, sms, max_tiles, pingpong != 0, two_pairs != 0));
   return 0;
 }
 """
@@ -28,9 +28,19 @@ def policy_bin(tmp_path_factory):
     return build_host_harness(tmp_path_factory, "kb_policy", HARNESS)
 
 
+def _two_pairs_rule(major, sms):
+    """A stand-in for the launch plan's two-pair rule (ffi/gpu/launch_plan.h: sm_90, segments of
+    128 tiles or more, one two-pair CTA an SM in one wave), as attention._runs_two_pairs asks it."""
+    def runs(shapes, n):
+        return (major == 9 and -(-n // 2) * shapes.groups <= sms
+                and -(-shapes.max_tiles // n) >= 128)
+    return runs
+
+
 def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
     cases, want = [], []
     monkeypatch.delenv("MUSE_ATTN_PINGPONG", raising=False)
+    asked = []
     for sms, R, pages, major in itertools.product(
             [46, 78, 108, 114, 132, 144, 304], [1, 2, 3, 4, 5, 8, 13, 16, 32, 64],
             [1, 4, 8, 17, 64, 128, 257, 512, 1000, 2048, 4096, 8192, 16384], [8, 9]):
@@ -38,7 +48,11 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
         monkeypatch.setattr(attention._ffi, "compute_capability_major", lambda major=major: major)
         s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                              num_blocks=1, pages=pages, window=0, q_rank=3)
-        cases.append(f"{s.groups} {sms} {s.max_tiles} {int(major == 9)}")
+        rule = _two_pairs_rule(major, sms)
+        monkeypatch.setattr(attention, "_runs_two_pairs",
+                            lambda shapes, n, rule=rule: asked.append(n) or rule(shapes, n))
+        two = 2 * sms // s.groups
+        cases.append(f"{s.groups} {sms} {s.max_tiles} {int(major == 9)} {int(two > 0 and rule(s, two))}")
         want.append(attention._default_num_splits(s, "CUDA"))  # XLA's name, as _ffi gives it
     got = subprocess.run([policy_bin], input="\n".join(cases) + "\n", capture_output=True,
                          text=True, check=True).stdout.split()
@@ -47,6 +61,7 @@ def test_kernel_bench_policy_matches_python(policy_bin, monkeypatch):
     assert not bad, f"{len(bad)} of {len(cases)} differ (groups sms max_tiles, python, C++): {bad[:10]}"
     assert len(set(want)) > 20  # the grid reaches many different split counts
     assert want[0::2] != want[1::2]  # and the ping-pong rule moves some of them
+    assert asked  # the two-pair bound was reached
 
 
 def _segments(num_tiles, splits, min_tiles=1):
@@ -122,8 +137,10 @@ def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch, 
     # R=4 (63 tiles at 2 an SM) stays at 3 an SM without the ping-pong kernel; with it
     # (_TWO_PER_SM_TILES_PINGPONG (4, 128), an sm_90 GPU) takes 2 an SM (version 15: 69.7 us vs
     # 73.6 at 49), and so do 32k R=16 (43 tiles at 3 an SM, 64 at 2: 69.1 vs 72.6) and 128k R=8
-    # (86 / 128 tiles: 130.3 vs 134.3). 128k R=16 (171 tiles at 3 an SM) stays at 3 an SM.
+    # (86 / 128 tiles: 130.3 vs 134.3). 128k R=16 (171 tiles at 3 an SM) stays at 3 an SM unless
+    # the launch plan runs 8 splits as two pairs a CTA (_TWO_PER_SM_TILES_TWO_PAIRS_HI, below).
     monkeypatch.delenv("MUSE_ATTN_PINGPONG", raising=False)
+    monkeypatch.setattr(attention, "_runs_two_pairs", lambda shapes, n: False)
     monkeypatch.setattr(attention._ffi, "multiprocessor_count", lambda: 132)
     monkeypatch.setattr(attention._ffi, "compute_capability_major", lambda: major)
     pp = major == 9
@@ -144,6 +161,14 @@ def test_segments_of_16_to_32_tiles_take_two_ctas_an_sm_on_an_h200(monkeypatch, 
     monkeypatch.delenv("MUSE_ATTN_PINGPONG")
     assert attention.pingpong_split_kernel(s, "CUDA") == pp  # XLA's platform name
     assert attention._default_num_splits(s, "CUDA") == (33 if pp else 49)
+    # where the plan runs 2 an SM as two pairs a CTA: 128k R=16 at 8 splits (256 tiles), 64k R=16 /
+    # 128k R=8 unchanged (16 splits already at 2 an SM); never without the ping-pong kernel
+    monkeypatch.setattr(attention, "_runs_two_pairs", _two_pairs_rule(major, 132))
+    for R, pages, want in [(16, 8192, 8 if pp else 12), (8, 8192, 16 if pp else 24),
+                           (16, 4096, 8 if pp else 12)]:
+        s = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=16, num_kv_heads=2,
+                             head_dim=64, num_blocks=1, pages=pages, window=0, q_rank=3)
+        assert attention._default_num_splits(s, "cuda") == want, (R, pages)
     s128 = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2,
                             head_dim=128, num_blocks=1, pages=8192, window=0, q_rank=3)
     assert not attention.pingpong_split_kernel(s128, "cuda")
