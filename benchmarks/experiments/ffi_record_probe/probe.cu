@@ -1,7 +1,8 @@
 // A probe of XLA's FFI record stage (jaxlib >= 0.11: xla/ffi/api/record_c_api.h), kept out of the
 // product: does a handler that records its kernel as a node of XLA's own command buffer, with
 // `uses_pdl`, start that kernel as a programmatic dependent of the kernel before it (what
-// benchmarks/experiments/split_pdl.patch needs to act through JAX), and what does it save?
+// benchmarks/experiments/split_pdl.patch, in git at b1e199d, needed to act through JAX), and what
+// does it save?
 //
 // One kernel, y = x + 1 over n floats, its first instruction griddepcontrol.wait (a no-op for a
 // plain launch). Two FFI handler sets over it (probe.py registers them as two targets and calls
