@@ -272,8 +272,8 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   // loaded module lacks it (sm_90 code alone, without sm_90a's).
   static const int two_pairs = env_force("MUSE_ATTN_PP_TWO_PAIRS");
   static const bool two_pairs_loaded = sm90_device && pingpong_two_pairs_loaded();
-  const dim3 g2 = split_grid_two_pairs(p);
-  const int64_t two_pair_ctas = int64_t{g2.x} * g2.y * g2.z;
+  const dim3 sg = split_grid(p);
+  const int64_t two_pair_ctas = int64_t{(sg.x + 1) / 2} * sg.y * sg.z;
   plan.split_pp_two_pairs =
       plan.split_pingpong && two_pairs_loaded &&
       (two_pairs == 1 || (two_pairs == -1 && tiles >= kPpTwoPairsMinSegmentTiles &&
