@@ -22,7 +22,7 @@ inline int default_splits(int groups, int sms, int max_tiles, bool pingpong, boo
            max_tiles < 256 * full)  // _TWO_PER_SM_TILES_TWO_PAIRS_HI
     full = two;
   // _CHEAP_MERGE_SPLITS, two CTAs an SM, _TILES_PER_SEGMENT_PAST_ONE_WAVE
-  const int worth_it = std::max({32, 2 * sms / groups, (max_tiles + 3) / 4});
+  const int worth_it = std::max({32, two, (max_tiles + 3) / 4});
   const int s = std::max(sms / groups, std::min(full, worth_it));
   // _MIN_TILES_PER_SEGMENT, 1 where the call's 1-tile CTAs are at most 3/5 of the SMs
   // (_ONE_TILE_SEGMENTS_SM_FRACTION)

@@ -121,12 +121,12 @@ def _default_num_splits(shapes: _validate.Shapes, platform: str) -> int:
         sms = _ffi.multiprocessor_count()
         one_per_sm = sms // ctas_per_split
         full = per_sm * sms // ctas_per_split  # every SM holds per_sm CTAs
-        lo, hi = (_TWO_PER_SM_TILES_PINGPONG if pingpong_split_kernel(shapes, platform)
-                  else _TWO_PER_SM_TILES)
+        pingpong = pingpong_split_kernel(shapes, platform)
+        lo, hi = _TWO_PER_SM_TILES_PINGPONG if pingpong else _TWO_PER_SM_TILES
         two_per_sm = 2 * sms // ctas_per_split
         if per_sm > 2 and full > 0 and lo * full < shapes.max_tiles < hi * full:
             full = two_per_sm
-        elif (per_sm > 2 and full > 0 and two_per_sm > 0 and hi == _TWO_PER_SM_TILES_PINGPONG[1]
+        elif (per_sm > 2 and full > 0 and two_per_sm > 0 and pingpong
               and hi * full <= shapes.max_tiles < _TWO_PER_SM_TILES_TWO_PAIRS_HI * full
               and _runs_two_pairs(shapes, two_per_sm)):
             full = two_per_sm
