@@ -54,3 +54,17 @@ def fill_ring(config: str, d: int, pdl: bool = True) -> bool:
     """Whether the fill-ring form runs; with the merge a plain launch its CTAs need not fit, so
     full 2k R=16 takes it too."""
     return d == 64 and config in (FILL_RING if pdl else FILL_RING | {"full2k-r16"})
+
+
+# Where the merge's warps a row differ from the fewest that load a row's segments in one batch
+# (16 a warp): widened while a warp folds more than 9 and the merge's CTAs stay one an SM, two
+# beside the ping-pong split kernel (since version 43: full 128k R=2 and 32k R=4; before, 4 and 2
+# warps). D = 128 runs the plain split kernel, so only the one-an-SM bound there.
+MERGE_WARPS_WIDENED = {("full2k-r1", 64): 4, ("full2k-r1", 128): 4, ("full8k-r1", 64): 8,
+                       ("full8k-r1", 128): 8, ("full32k-r4", 64): 4, ("full128k-r2", 64): 8}
+
+
+def merge_warps(config: str, d: int, num_splits: int) -> int:
+    """The merge's warps a row a config of the grid runs on an H200 by default."""
+    fewest = next(w for w in (1, 2, 4, 8) if w * 16 >= num_splits or w == 8)
+    return MERGE_WARPS_WIDENED.get((config, d), fewest)

@@ -155,6 +155,8 @@ def test_default_launch_plans_of_the_benchmark_grid():
             # NOTES.md version 22)
             assert plan["merge_by_lane"] is True, (name, plan)
             assert plan["split_fill_ring"] == h200_plans.fill_ring(config, 64), (name, plan)
+            assert plan["merge_warps"] == h200_plans.merge_warps(config, 64, plan["num_splits"]), (
+                name, plan)
         if d == "128" or plan["split_kernel"] != "per_tile" or major != 9:
             assert plan["split_fill_ring"] is False, (name, plan)
         # a warp's segments: every W-th of the call's splits

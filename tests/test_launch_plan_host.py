@@ -139,6 +139,8 @@ def test_h200_default_plans(plan_bin, monkeypatch):
         assert plan["merge_pdl"] == (ctas <= 2 * 132), (name, plan)
         per_warp = -(-plan["num_splits"] // plan["merge_warps"])
         assert plan["merge_by_lane"] == (per_warp <= 16), (name, plan)
+        assert plan["merge_warps"] == h200_plans.merge_warps(config, int(d), plan["num_splits"]), (
+            name, plan)
 
 
 def test_h200_plans_with_the_merge_a_plain_launch(plan_bin, monkeypatch):

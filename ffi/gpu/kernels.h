@@ -108,6 +108,12 @@ inline dim3 split_grid(const VerifyParams& p) {
   return dim3(p.num_splits.divisor(), p.num_requests * p.num_kv_heads.divisor(),
               (p.rows + kMaxRows - 1) / kMaxRows);
 }
+// The ping-pong kernel as two pairs a CTA (split_kernel_pp2, NVIDIA): segments 2x and 2x + 1 in CTA x.
+inline dim3 split_grid_two_pairs(const VerifyParams& p) {
+  dim3 g = split_grid(p);
+  g.x = (g.x + 1) / 2;
+  return g;
+}
 
 struct LaunchPlan;  // launch_plan.h: plan_launch(p) decides it on the host (device kind, env)
 

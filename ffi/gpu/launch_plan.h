@@ -157,8 +157,9 @@ inline dim3 merge_grid(const VerifyParams& p, int warps) {
 // Warps a row: one where one warp loads all of a row's segments in one batch (at most
 // kMergeBatch: the row needs no meet of warps in shared memory); else the fewest that load every
 // segment in one batch (up to 128 segments; past that they loop), then doubled while each warp
-// would still fold more than kMergeWarpSegments and the merge's CTAs stay within one an SM (as a
-// programmatic dependent they start beside the split CTAs; a second wave of them waits). One warp
+// would still fold more than kMergeWarpSegments and the merge's CTAs stay within max_ctas_per_sm
+// an SM (as a programmatic dependent they start beside the split CTAs; a second wave of them
+// waits): one, or kMergeCtasPerSmBesidePingpong beside the ping-pong split kernel (below). One warp
 // at 10-16 segments (version 30, kernels alone, H200, graph, two rounds, us, 2 warps / 1): full
 // 2k R=3 4.75 / 4.57-4.58, R=4 5.19-5.20 / 5.02, R=2 4.48 / 4.44-4.45, R=1 at 16 splits 4.25 / 4.19-4.20,
 // 1k R=1 4.08 / 4.01-4.02, R=2 4.14-4.15 / 4.10-4.11 (with version 12's merge 2 had won at 2k R=1,
@@ -195,12 +196,24 @@ inline constexpr int kMergeByLaneSegments = 16;
 constexpr bool merge_weights_by_lane(int num_splits, int warps) {
   return (num_splits + warps - 1) / warps <= kMergeByLaneSegments;
 }
-inline int merge_warps_for(int num_splits, int64_t groups, int rows, int sms) {
+// Beside the ping-pong split kernel (segments of 16 tiles or more) the merge's CTAs may be 2 an
+// SM. Kernels alone on an H200 (benchmarks/NOTES.md version 43, graph, two rounds, us, 2 an SM /
+// 1): full 128k R=2 (64 splits, 8 warps / 4) 37.86-37.87 / 38.19, 32k R=4 (32, 4 / 2)
+// 22.96-22.99 / 23.38, 128k R=4 (33) 68.40-68.41 / 68.36-68.39 (the same 4); but beside the
+// other split kernels (shorter segments) slower: 8k R=2 (64, pairs) 5.95-6.01 / 5.79-5.81, 8k R=4
+// (32) 8.03-8.06 / 7.79-7.82, 32k R=2 (64) 12.72-12.76 / 12.50-12.53.
+#if defined(MUSE_ATTN_MERGE_CTAS_PER_SM_BESIDE_PINGPONG)  // a tuning knob (1: as before version 43)
+inline constexpr int kMergeCtasPerSmBesidePingpong = MUSE_ATTN_MERGE_CTAS_PER_SM_BESIDE_PINGPONG;
+#else
+inline constexpr int kMergeCtasPerSmBesidePingpong = 2;
+#endif
+inline int merge_warps_for(int num_splits, int64_t groups, int rows, int sms,
+                           int max_ctas_per_sm = 1) {
   if (num_splits <= kMergeBatch) return 1;
   int warps = 1;
   while (warps < kMergeMaxWarps && warps * kMergeBatch < num_splits) warps *= 2;
   while (warps < kMergeMaxWarps && warps * kMergeWarpSegments < num_splits &&
-         groups * merge_row_blocks(rows, 2 * warps) <= sms)
+         groups * merge_row_blocks(rows, 2 * warps) <= int64_t{max_ctas_per_sm} * sms)
     warps *= 2;
   return warps;
 }
@@ -238,14 +251,6 @@ inline int device_multiprocessors() {
 inline LaunchPlan plan_launch(const VerifyParams& p) {
   LaunchPlan plan;
   const int sms = device_multiprocessors();  // 0: then the fewest merge warps, no PDL by size
-  plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
-                                     int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms);
-  // MUSE_ATTN_MERGE_BY_LANE=1 / 0 forces the merge's one-lane / every-lane weighing (tests,
-  // benchmarks); read once a process.
-  static const int by_lane = env_force("MUSE_ATTN_MERGE_BY_LANE");
-  plan.merge_by_lane = by_lane == -1
-                           ? merge_weights_by_lane(p.num_splits.divisor(), plan.merge_warps)
-                           : by_lane == 1;
 #if defined(MUSE_ATTN_CUDA)
   const int64_t ctas = split_ctas(p);
   const bool small = sms > 0 && ctas <= int64_t{2} * sms;
@@ -257,6 +262,17 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.split_pingpong = p.head_dim == 64 &&
                         (pingpong == 1 || (pingpong == -1 && sm90_device && small &&
                                            tiles >= kPingpongMinSegmentTiles));
+#endif
+  plan.merge_warps = merge_warps_for(p.num_splits.divisor(),
+                                     int64_t{p.num_requests} * p.num_kv_heads.divisor(), p.rows, sms,
+                                     plan.split_pingpong ? kMergeCtasPerSmBesidePingpong : 1);
+  // MUSE_ATTN_MERGE_BY_LANE=1 / 0 forces the merge's one-lane / every-lane weighing (tests,
+  // benchmarks); read once a process.
+  static const int by_lane = env_force("MUSE_ATTN_MERGE_BY_LANE");
+  plan.merge_by_lane = by_lane == -1
+                           ? merge_weights_by_lane(p.num_splits.divisor(), plan.merge_warps)
+                           : by_lane == 1;
+#if defined(MUSE_ATTN_CUDA)
   static const int forced = env_force("MUSE_ATTN_PDL");
   // One kind of GPU a process, as XLA assumes; the merge's code must have the wait in it.
   static const bool sm90 = device_supports_pdl() && merge_waits_for_split();
@@ -272,8 +288,8 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   // loaded module lacks it (sm_90 code alone, without sm_90a's).
   static const int two_pairs = env_force("MUSE_ATTN_PP_TWO_PAIRS");
   static const bool two_pairs_loaded = sm90_device && pingpong_two_pairs_loaded();
-  const dim3 sg = split_grid(p);
-  const int64_t two_pair_ctas = int64_t{(sg.x + 1) / 2} * sg.y * sg.z;
+  const dim3 g2 = split_grid_two_pairs(p);
+  const int64_t two_pair_ctas = int64_t{g2.x} * g2.y * g2.z;
   plan.split_pp_two_pairs =
       plan.split_pingpong && two_pairs_loaded &&
       (two_pairs == 1 || (two_pairs == -1 && tiles >= kPpTwoPairsMinSegmentTiles &&

@@ -744,15 +744,22 @@ gpuError_t allow_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done
   return gpuSuccess;
 }
 
+// Launches a split kernel on grid with threads threads and smem bytes of dynamic shared memory;
+// `done` is the kernel's own (allow_smem_once).
+template <typename Kernel>
+gpuError_t launch_with_smem(Kernel kernel, std::atomic<uint64_t>& done, dim3 grid, int threads,
+                            int smem, const VerifyParams& p, gpuStream_t stream) {
+  if (gpuError_t e = allow_smem_once(kernel, smem, done); e != gpuSuccess) return e;
+  kernel<<<grid, threads, smem, stream>>>(p);
+  return gpuGetLastError();
+}
+
 // Launches one of split_kernel's entry points (all take kThreads threads and the same shared
-// memory); `done` is the entry point's own (allow_smem_once).
+// memory); `done` is the entry point's own.
 template <int D, typename Kernel>
 gpuError_t launch_split_entry(Kernel kernel, std::atomic<uint64_t>& done, const VerifyParams& p,
                               gpuStream_t stream) {
-  constexpr int smem = split_smem_bytes<D>();
-  if (gpuError_t e = allow_smem_once(kernel, smem, done); e != gpuSuccess) return e;
-  kernel<<<split_grid(p), kThreads, smem, stream>>>(p);
-  return gpuGetLastError();
+  return launch_with_smem(kernel, done, split_grid(p), kThreads, split_smem_bytes<D>(), p, stream);
 }
 
 template <int D, bool kPairs = false, bool kFillRing = false>
@@ -769,20 +776,12 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 
 #if defined(MUSE_ATTN_CUDA)
 gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStream_t stream) {
-  if (two_pairs) {
-    constexpr int smem = pp_smem_bytes<64>() + pp_pair_bytes<64>();
-    static std::atomic<uint64_t> done{0};
-    if (gpuError_t e = allow_smem_once(split_kernel_pp2<64>, smem, done); e != gpuSuccess) return e;
-    dim3 grid = split_grid(p);
-    grid.x = (grid.x + 1) / 2;
-    split_kernel_pp2<64><<<grid, 2 * kPpThreads, smem, stream>>>(p);
-    return gpuGetLastError();
-  }
-  constexpr int smem = pp_smem_bytes<64>();
-  static std::atomic<uint64_t> done{0};
-  if (gpuError_t e = allow_smem_once(split_kernel_pp<64>, smem, done); e != gpuSuccess) return e;
-  split_kernel_pp<64><<<split_grid(p), kPpThreads, smem, stream>>>(p);
-  return gpuGetLastError();
+  static std::atomic<uint64_t> done_one_pair{0}, done_two_pairs{0};
+  if (two_pairs)
+    return launch_with_smem(split_kernel_pp2<64>, done_two_pairs, split_grid_two_pairs(p),
+                            2 * kPpThreads, pp_smem_bytes<64>() + pp_pair_bytes<64>(), p, stream);
+  return launch_with_smem(split_kernel_pp<64>, done_one_pair, split_grid(p), kPpThreads,
+                          pp_smem_bytes<64>(), p, stream);
 }
 #endif
 
