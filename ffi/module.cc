@@ -1,6 +1,8 @@
 // The Python extension module: registrations() maps an XLA platform name to the capsule of the
 // handler built for it. jax_muse_attn/_ffi.py registers each under one target name.
 // clock_registrations(): the same for the benchmarks' device clock (jax_muse_attn_device_clock).
+// gpu_launch_plan(): the GPU handler's launch plan; cuda_architectures: what the CUDA code was
+// built for.
 #include <nanobind/nanobind.h>
 
 #include <stdexcept>
@@ -64,6 +66,11 @@ NB_MODULE(_muse_attn, m) {
       },
       nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),
       nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("num_splits"));
+#endif
+#if defined(MUSE_ATTN_CUDA_ARCHITECTURES)
+  // CMake's CUDA architectures of this build, comma-separated (gpu/cuda.cmake); absent from
+  // builds that do not say (Bazel's).
+  m.attr("cuda_architectures") = MUSE_ATTN_CUDA_ARCHITECTURES;
 #endif
   m.def("clock_registrations", []() {
     nb::dict d;

@@ -66,6 +66,28 @@ def gpu_launch_plan(shapes, num_splits: int) -> dict:
                    shapes.num_requests, shapes.pages, shapes.window, int(num_splits)))
 
 
+# CMake's default (ffi/gpu/cuda.cmake), assumed for a build that does not say (Bazel's).
+_DEFAULT_CUDA_ARCHITECTURES = ("90a-real", "90-virtual")
+
+
+def cuda_architectures() -> tuple[str, ...]:
+    """The CUDA architectures this build's kernels were compiled for, as CMake names them (e.g.
+    ("90a-real", "90-virtual"), the default); () where the build has no CUDA handler; the default
+    where the build does not record them."""
+    if "CUDA" not in REGISTERED:
+        return ()
+    archs = getattr(_MODULE, "cuda_architectures", None)
+    return tuple(a for a in archs.split(",") if a) if archs else _DEFAULT_CUDA_ARCHITECTURES
+
+
+def sm90a_code() -> bool:
+    """Whether the default device runs this build's sm_90a code (the warpgroup MMA and the
+    ping-pong kernel as two pairs a CTA, which exist only there): an sm_90 GPU (H100 / H200) and
+    90a among the CUDA architectures. An sm_90-only build runs the other kernels there."""
+    return (current_platform() == "CUDA" and compute_capability_major() == 9
+            and any(a.split("-")[0] == "90a" for a in cuda_architectures()))
+
+
 def multiprocessor_count(default: int = 132) -> int:
     """SMs (NVIDIA) or CUs (AMD) of the default device, for the split count."""
     try:

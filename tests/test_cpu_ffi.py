@@ -2,6 +2,7 @@
 (num_splits), agreement with the reference, `auto` dispatch, and num_reqs under jit."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,32 @@ LONG_LENS = [0, 1, 7, 8, 9, 63, 64, 65, 129, 1000, 2055, 2056, 3001, 4097, 5000,
 
 def test_handler_registered_for_this_platform():
     assert _ffi.current_platform() in jax_muse_attn.registered_platforms()
+
+
+def test_cuda_architectures_of_this_build():
+    # A CMake build with the CUDA handler records the architectures it compiled (gpu/cuda.cmake);
+    # the GPU tests ask sm90a_code() whether the two-pair ping-pong kernel can run.
+    archs = _ffi.cuda_architectures()
+    if "CUDA" not in _ffi.REGISTERED:
+        assert archs == () and not _ffi.sm90a_code(), archs
+        return
+    assert getattr(_ffi._MODULE, "cuda_architectures", ""), "the CMake build records them"
+    assert all(re.fullmatch(r"\d+[af]?(-real|-virtual)?|native|all|all-major", a) for a in archs), archs
+
+
+@pytest.mark.parametrize("platform, major, archs, want", [
+    ("CUDA", 9, ("90a-real", "90-virtual"), True),
+    ("CUDA", 9, ("90a",), True),
+    ("CUDA", 9, ("90-real", "90-virtual"), False),  # sm_90 only: no warpgroup MMA, one pair a CTA
+    ("CUDA", 10, ("90a-real", "90-virtual"), False),  # sm_90a code runs on sm_90 only
+    ("CUDA", 9, (), False),
+    ("ROCM", 0, ("90a-real",), False),
+])
+def test_sm90a_code(monkeypatch, platform, major, archs, want):
+    monkeypatch.setattr(_ffi, "current_platform", lambda: platform)
+    monkeypatch.setattr(_ffi, "compute_capability_major", lambda: major)
+    monkeypatch.setattr(_ffi, "cuda_architectures", lambda: archs)
+    assert _ffi.sm90a_code() is want
 
 
 # 1 / 12 / 24 / 64 splits: the GPU merge's 1 / 2 / 4 / 8 lanes a row-quad.

@@ -199,8 +199,7 @@ def _two_tile_kernel():
         return "per_tile"
     if os.environ.get("MUSE_ATTN_PINGPONG") == "1":  # two pairs a CTA only where forced here
         forced_pairs = os.environ.get("MUSE_ATTN_PP_TWO_PAIRS") == "1"
-        return ("pingpong_two_pairs" if forced_pairs and _ffi.compute_capability_major() == 9
-                else "pingpong")
+        return "pingpong_two_pairs" if forced_pairs and _ffi.sm90a_code() else "pingpong"
     forced = os.environ.get("MUSE_ATTN_PAIRS")
     if forced in ("0", "1"):
         return "two_tile" if forced == "1" else "per_tile"

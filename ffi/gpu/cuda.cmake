@@ -23,7 +23,11 @@ if(NOT MUSE_ATTN_CUDA STREQUAL "OFF")
         $<$<COMPILE_LANGUAGE:CUDA>:-O3 --use_fast_math -Xptxas=-warn-spills>)
       find_package(CUDAToolkit REQUIRED)
       target_link_libraries(_muse_attn PRIVATE muse_attn_cuda CUDA::cudart_static)
-      target_compile_definitions(_muse_attn PRIVATE MUSE_ATTN_WITH_CUDA)
+      # The architectures, for Python (module.cc: cuda_architectures; "90a-real,90-virtual" by
+      # default): tests ask whether sm_90a's code is in the build.
+      string(REPLACE ";" "," MUSE_ATTN_CUDA_ARCH_LIST "${CMAKE_CUDA_ARCHITECTURES}")
+      target_compile_definitions(_muse_attn PRIVATE MUSE_ATTN_WITH_CUDA
+                                 MUSE_ATTN_CUDA_ARCHITECTURES="${MUSE_ATTN_CUDA_ARCH_LIST}")
       # _muse_attn was created before CUDA was enabled, so it did not inherit the architectures.
       set_target_properties(_muse_attn PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
       message(STATUS "jax_muse_attn: CUDA handler for sm_${CMAKE_CUDA_ARCHITECTURES}")
