@@ -12,9 +12,13 @@ rm -rf /tmp/t90 /tmp/b90
 (cd /tmp && timeout 240 python3 -m pip install --no-build-isolation --no-deps -q --target /tmp/t90 -C build-dir=/tmp/b90 -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90-real "$R" > /tmp/b90.log 2>&1; echo "t90 build rc=$?" >> /tmp/b90.log) &
 bp=$!
 timeout 200 python3 -m pip install --no-build-isolation --no-deps -q -e "$R" > /tmp/be.log 2>&1; echo "editable build rc=$?"
-K="launch_plans or sees or cuda_arch or sm90a or two_tile or four_tile"
-(cd /tmp && timeout 170 python3 -m pytest -q -p no:cacheprovider -p no:xdist -k "$K" "$R/tests/test_gpu_launch_modes.py" "$R/tests/test_cpu_ffi.py" "$R/tests/test_gpu.py" 2>&1 | tail -4)
+run_tests() {  # the architecture-dependent tests, from /tmp (so that the tree's package is not imported)
+  (cd /tmp && timeout 170 python3 -m pytest -q -p no:cacheprovider -p no:xdist \
+     -k "launch_plans or sees or cuda_arch or sm90a or two_tile or four_tile" \
+     "$R/tests/test_gpu_launch_modes.py" "$R/tests/test_cpu_ffi.py" "$R/tests/test_gpu.py" 2>&1 | tail -15)
+}
+run_tests
 python3 -m pip uninstall -y -q jax_muse_attn >/dev/null 2>&1
 wait $bp; tail -3 /tmp/b90.log; grep -o "CMAKE_CUDA_ARCHITECTURES:[A-Z]*=.*" /tmp/b90/CMakeCache.txt
 (cd /tmp && PYTHONPATH=/tmp/t90 python3 -c "from jax_muse_attn import _ffi; print(_ffi.__file__, _ffi.cuda_architectures(), _ffi.sm90a_code())")
-(cd /tmp && PYTHONPATH=/tmp/t90 timeout 170 python3 -m pytest -q -p no:cacheprovider -p no:xdist -k "$K" "$R/tests/test_gpu_launch_modes.py" "$R/tests/test_cpu_ffi.py" "$R/tests/test_gpu.py" 2>&1 | tail -15)
+PYTHONPATH=/tmp/t90 run_tests

@@ -64,7 +64,12 @@ MERGE_WARPS_WIDENED = {("full2k-r1", 64): 4, ("full2k-r1", 128): 4, ("full8k-r1"
                        ("full8k-r1", 128): 8, ("full32k-r4", 64): 4, ("full128k-r2", 64): 8}
 
 
+def fewest_merge_warps(num_splits: int) -> int:
+    """The fewest warps a row (a power of 2 up to 8) that load a row's segments in one batch of 16
+    each (launch_plan.h kMergeBatch; any GPU), where the merge's width starts."""
+    return next(w for w in (1, 2, 4, 8) if w * 16 >= num_splits or w == 8)
+
+
 def merge_warps(config: str, d: int, num_splits: int) -> int:
     """The merge's warps a row a config of the grid runs on an H200 by default."""
-    fewest = next(w for w in (1, 2, 4, 8) if w * 16 >= num_splits or w == 8)
-    return MERGE_WARPS_WIDENED.get((config, d), fewest)
+    return MERGE_WARPS_WIDENED.get((config, d), fewest_merge_warps(num_splits))

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import h200_plans
 from jax_muse_attn.tools import gpu_compile_check as gcc
 
 pytestmark = pytest.mark.gpu_compile
@@ -358,7 +359,7 @@ def test_merge_warps_a_row(tmp_path):
     widened = 0
     for (s, g, rows, sms, m), w in zip(cases, map(int, out)):
         assert w in (1, 2, 4, 8), (s, g, rows, sms, m, w)
-        fewest = next(x for x in (1, 2, 4, 8) if x * 16 >= s or x == 8)
+        fewest = h200_plans.fewest_merge_warps(s)
         assert w >= fewest, (s, g, rows, sms, m, w)
         if w > fewest:
             widened += 1
