@@ -68,7 +68,7 @@ _TILES_PER_SEGMENT_PAST_ONE_WAVE = 4
 # 134.3-134.4; past it, 128k R=16 8 (256 tiles) 260.4-262.7 vs 12 (171 tiles, 3 an SM): 257.3-257.5.
 _TWO_PER_SM_TILES_PINGPONG = (4, 128)
 # Where the launch plan runs the 2-an-SM count's segments as two ping-pong pairs a CTA
-# (ffi/gpu/launch_plan.h: 128 tiles or more, one CTA an SM in one wave) the bound is 256 tiles at 3
+# (ffi/gpu/launch_plan.h: 32 tiles or more, one CTA an SM in one wave) the bound is 256 tiles at 3
 # an SM. Kernels alone on an H200 (benchmarks/NOTES.md version 42, graph, three rounds, us): full
 # 128k R=16 at 8 splits (256 tiles, two pairs) 252.05-256.74 vs 12 (171 tiles, 3 an SM, the plain
 # kernel): 257.45-258.95; through JAX (version 43, device clock, three runs each) 249.08-249.38 vs

@@ -6,8 +6,8 @@ host test (test_launch_plan_host.py: ffi/gpu/launch_plan.h compiled against a st
 Two-tile steps where segments have at most 2 tiles and split CTAs are at most 1.5 an SM, or at
 most 2 an SM where the merge is a programmatic dependent (since version 33; before, only where the
 merge's CTAs also fit beside them: split + merge CTAs at most 3 an SM); ping-pong where segments have
-16 tiles or more at 2 CTAs an SM, as two pairs a CTA (one CTA an SM) where segments have 128 tiles or
-more and those CTAs fit in one wave; the merge a programmatic dependent where the split grid has at
+16 tiles or more at 2 CTAs an SM, as two pairs a CTA (one CTA an SM) where segments have 32 tiles or
+more (128 before version 45) and those CTAs fit in one wave; the merge a programmatic dependent where the split grid has at
 most 2 CTAs an SM; a 4-tile segment's copies all in the prologue (the fill ring) where segments
 have 4 tiles (full 2k R=16, 8k R=4, 32k R=1), except where the merge, a programmatic dependent,
 has CTAs that do not fit (2k R=16: 256 + 256). D = 128 runs neither split variant.
@@ -27,9 +27,10 @@ TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "fu
             "full8k-r1"} | TWO_TILE_AT_TWO_AN_SM
 PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r1",
             "full128k-r2", "full128k-r4", "full128k-r8", "full128k-r16"}
-# of those, as two pairs a CTA (one CTA an SM): segments of 128 tiles or more, one wave (128k
-# R=16 at 8 splits, 256 tiles, since the split count's two-pair bound)
-PINGPONG_TWO_PAIRS = {"full128k-r8", "full128k-r16"}
+# of those, as two pairs a CTA (one CTA an SM): segments of 32 tiles or more, one wave (128k
+# R=16 at 8 splits, 256 tiles, since the split count's two-pair bound; 32k R=8 and 128k R=2 at 32
+# tiles and 32k R=16 at 64 since version 45; 128k R=4, 33 splits, would be 136 CTAs)
+PINGPONG_TWO_PAIRS = {"full32k-r8", "full32k-r16", "full128k-r2", "full128k-r8", "full128k-r16"}
 SPLIT_KERNELS = ("per_tile", "two_tile", "pingpong", "pingpong_two_pairs")  # the query's order
 FILL_RING = {"full8k-r4", "full32k-r1"}
 

@@ -30,10 +30,10 @@ def policy_bin(tmp_path_factory):
 
 def _two_pairs_rule(major, sms):
     """A stand-in for the launch plan's two-pair rule (ffi/gpu/launch_plan.h: sm_90, segments of
-    128 tiles or more, one two-pair CTA an SM in one wave), as attention._runs_two_pairs asks it."""
+    32 tiles or more, one two-pair CTA an SM in one wave), as attention._runs_two_pairs asks it."""
     def runs(shapes, n):
         return (major == 9 and -(-n // 2) * shapes.groups <= sms
-                and -(-shapes.max_tiles // n) >= 128)
+                and -(-shapes.max_tiles // n) >= 32)
     return runs
 
 
