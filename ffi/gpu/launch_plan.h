@@ -70,9 +70,9 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // against 68; by default the tile bound keeps that one out (63 tiles), and the one-wave condition
 // others with an odd split count (e.g. full 128k R=8 on 124 SMs: 15 splits, 137 tiles, 128 CTAs).
 // Lowered from 128 to 32 in version 45, on head's kernels through JAX (device clock, command buffers
-// on, one pair / two pairs forced by MUSE_ATTN_PP_TWO_PAIRS=1, 3 runs each, A B B A A B,
+// on, one pair / two pairs forced by MUSE_ATTN_PP_TWO_PAIRS=1, 3 runs each a call, A B B A A B,
 // benchmarks/results/h200_v45_two_pairs_jax_ab.txt): 32 tiles, full 32k R=8 38.22-38.28 /
-// 38.12-38.18, 128k R=2 38.22-38.24 / 38.19-38.20; 64 tiles, 32k R=16 68.39-68.49 / 68.11-68.17, 64k
+// 38.12-38.18 (two calls), 128k R=2 38.22-38.24 / 38.19-38.20; 64 tiles, 32k R=16 68.39-68.49 / 68.11-68.17, 64k
 // R=8 68.91-69.07 / 68.53-68.60 (session 42's 32k R=16, with that version's merge, had read 0.1
 // the other way). 16 tiles stay one pair (32k R=4, kernels alone, version 42: 23.22 / 23.38).
 inline constexpr int kPpTwoPairsMinSegmentTiles = 32;
