@@ -67,8 +67,9 @@ inline constexpr int kPingpongMinSegmentTiles = 16;
 // tiles: 64k R=16 128.7-129.0 / 126.9-127.7, 128k R=8 129.0-130.1 / 127.8-128.2), 32 tiles even
 // (32k R=8 37.89 / 37.78-37.87), 16 slower (32k R=4 23.22 / 23.38, another run): only the JAX
 // figures decide. Past one wave (forced at full 128k R=4, 33 splits: 136 CTAs on 132 SMs) 92 us
-// against 68; by default the tile bound keeps that one out (63 tiles), and the one-wave condition
-// others with an odd split count (e.g. full 128k R=8 on 124 SMs: 15 splits, 137 tiles, 128 CTAs).
+// against 68; by default the one-wave condition keeps that one out (the tile bound did too, 63
+// tiles, until version 45), and others with an odd split count (e.g. full 128k R=8 on 124 SMs: 15
+// splits, 137 tiles, 128 CTAs).
 // Lowered from 128 to 32 in version 45, on head's kernels through JAX (device clock, command buffers
 // on, one pair / two pairs forced by MUSE_ATTN_PP_TWO_PAIRS=1, 3 runs each a call, A B B A A B,
 // benchmarks/results/h200_v45_two_pairs_jax_ab.txt): 32 tiles, full 32k R=8 38.22-38.28 /
