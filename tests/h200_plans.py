@@ -31,6 +31,8 @@ PINGPONG = {"full8k-r16", "full32k-r4", "full32k-r8", "full32k-r16", "full128k-r
 # R=16 at 8 splits, 256 tiles, since the split count's two-pair bound; 32k R=8 and 128k R=2 at 32
 # tiles and 32k R=16 at 64 since version 45; 128k R=4, 33 splits, would be 136 CTAs)
 PINGPONG_TWO_PAIRS = {"full32k-r8", "full32k-r16", "full128k-r2", "full128k-r8", "full128k-r16"}
+# launch_plan.h kPpTwoPairsMinSegmentTiles: the fewest tiles a segment of the two-pair form (any GPU)
+TWO_PAIRS_MIN_SEGMENT_TILES = 32
 SPLIT_KERNELS = ("per_tile", "two_tile", "pingpong", "pingpong_two_pairs")  # the query's order
 FILL_RING = {"full8k-r4", "full32k-r1"}
 

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+import h200_plans
 from conftest import build_host_harness
 from jax_muse_attn import _validate, attention
 
@@ -33,7 +34,7 @@ def _two_pairs_rule(major, sms):
     32 tiles or more, one two-pair CTA an SM in one wave), as attention._runs_two_pairs asks it."""
     def runs(shapes, n):
         return (major == 9 and -(-n // 2) * shapes.groups <= sms
-                and -(-shapes.max_tiles // n) >= 32)
+                and -(-shapes.max_tiles // n) >= h200_plans.TWO_PAIRS_MIN_SEGMENT_TILES)
     return runs
 
 

@@ -172,7 +172,8 @@ def test_two_pairs_only_in_one_wave_by_default(plan_bin, monkeypatch):
             if plan["split_kernel"] != "pingpong_two_pairs":
                 continue
             assert -(-plan["num_splits"] // 2) * plan["R"] * bench.H_KV <= sms, (sms, name, plan)
-            assert -(-plan["max_tiles"] // plan["num_splits"]) >= 32, (sms, name, plan)
+            assert (-(-plan["max_tiles"] // plan["num_splits"])
+                    >= h200_plans.TWO_PAIRS_MIN_SEGMENT_TILES), (sms, name, plan)
             seen += 1
     assert seen > 0
     # forced, past one wave too: full 128k R=4 (33 splits, 136 CTAs on 132 SMs)
