@@ -231,12 +231,10 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const double keys = window ? std::min(L, window + kNq - 1) : L;
   const double bytes = double(R) * keys * kHkv * kD * 2 * 2;
   // The launch plan in one token: the merge's launch, then the split kernel where it is not the
-  // plain one (+pp: the ping-pong kernel, +pairs: two-tile segments as one step, +duo: two
-  // warpgroups a CTA, a segment each).
+  // plain one (+pp: the ping-pong kernel, +pairs: two-tile segments as one step).
   char launch[32];
-  std::snprintf(launch, sizeof launch, "%s%s%s", plan.merge_pdl ? "pdl" : "plain",
-                plan.split_pingpong ? (plan.split_pp_two_pairs ? "+pp2" : "+pp") : plan.split_pairs ? "+pairs" : "",
-                plan.split_duo ? "+duo" : "");
+  std::snprintf(launch, sizeof launch, "%s%s", plan.merge_pdl ? "pdl" : "plain",
+                plan.split_pingpong ? (plan.split_pp_two_pairs ? "+pp2" : "+pp") : plan.split_pairs ? "+pairs" : "");
   std::printf("%-6s%s L=%-7d R=%-3d splits=%-4d %-11s KV %8.1f MB | split %8.2f us  merge %6.2f us  "
               "both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
               window ? "swa" : "full", shuffle ? "" : "(seq)", L, R, splits,

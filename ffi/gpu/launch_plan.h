@@ -46,7 +46,6 @@ struct LaunchPlan {
   bool split_pairs = false;     // split_kernel taking two-tile segments as one step (D = 64)
   bool split_fill_ring = false; // split_kernel issuing a kStages-tile segment's copies at once (D = 64)
   bool split_pp_two_pairs = false;  // with split_pingpong: as two pairs a CTA, one CTA an SM
-  bool split_duo = false;  // split_kernel_duo: two warpgroups a CTA, a segment each (NVIDIA, D = 64)
 };
 
 // The ping-pong split kernel (two warpgroups a CTA taking alternate tiles) where a segment can
@@ -318,9 +317,6 @@ inline LaunchPlan plan_launch(const VerifyParams& p) {
   plan.split_fill_ring =
       p.head_dim == 64 && !plan.split_pingpong && !plan.split_pairs &&
       (fill_ring == 1 || (fill_ring == -1 && sm90_device && tiles == Stages<64>::value && merge_fits));
-  // MUSE_ATTN_DUO=1 forces split_kernel_duo (an experiment: off by default).
-  static const int duo = env_force("MUSE_ATTN_DUO");
-  plan.split_duo = p.head_dim == 64 && !plan.split_pingpong && duo == 1;
 #else
   (void)p;  // AMD: plain launches
 #endif

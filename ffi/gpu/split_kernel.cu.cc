@@ -14,7 +14,6 @@
 // split_kernel<64, false, true> in benchmarks/NOTES.md are the pairs and fill-ring kernels.)
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
@@ -56,17 +55,13 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
 // the warpgroup MMA's shared-memory operands; warp_mma.h).
 constexpr int kSmemAlign = 1024;
 template <int D>
-__host__ __device__ constexpr int split_team_bytes() {  // a warpgroup's stages, then its query tile
-  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes;
-}
+constexpr int split_smem_bytes() {  // the stages, then the query tile
 #if defined(MUSE_ATTN_CUDA)
-inline constexpr int kSmemPad = kSmemAlign;
+  constexpr int pad = kSmemAlign;
 #else
-inline constexpr int kSmemPad = 0;
+  constexpr int pad = 0;
 #endif
-template <int D>
-constexpr int split_smem_bytes() {  // one warpgroup's, past the alignment slack
-  return split_team_bytes<D>() + kSmemPad;
+  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
 }
 
 // The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
@@ -327,84 +322,16 @@ inline constexpr int kPairsMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 8 
 #else
 #define MUSE_ATTN_PAIRS_BOUNDS __launch_bounds__(kThreads, kMinCtasPerSm<64>)
 #endif
-// Who runs run_split_cta's body, and how it synchronizes: SoloCta, the whole CTA (one warpgroup)
-// on segment blockIdx.x; DuoTeam (split_kernel_duo, NVIDIA), one of a CTA's two warpgroups
-// ("teams"), each on its own segment (2 x, 2 x + 1), their score MMAs issued in turn as the
-// ping-pong kernel's (below) so that one team's softmax runs under the other's MMAs.
-struct SoloCta {
-  static constexpr int kTeams = 1;
-  __device__ int tid() const { return static_cast<int>(threadIdx.x); }
-  __device__ int segment() const { return static_cast<int>(blockIdx.x); }
-  __device__ int smem_offset(int) const { return 0; }
-  __device__ void sync() const { __syncthreads(); }
-  __device__ void before_scores(int) const {}
-  __device__ void after_scores(int) const {}
-};
-
-#if defined(MUSE_ATTN_CUDA)
-// Barrier ids as immediates (a register id makes ptxas reserve all 16).
-template <int kId, int kCount>
-__device__ __forceinline__ void named_bar_sync() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
-}
-template <int kId, int kCount>
-__device__ __forceinline__ void named_bar_arrive() {
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
-}
-
-// Barriers 1 + team: a team's own (its stages); 3 + team: "this team may issue its score MMAs",
-// fed by the other team's arrive once its own are in. m_self / m_other: the score-MMA calls of
-// this team and of the other (a segment's tiles, 1 for a two-tile step, 0 without tiles), the same
-// on both teams. Team 0 goes first; the turns alternate while both teams have calls left: team 0's
-// call i waits for team 1's call i - 1 (its first for team 1's start), team 1's call i for team 0's
-// call i. Every sync is fed by exactly one arrive (the conditions below pair them up).
-struct DuoTeam {
-  static constexpr int kTeams = 2;
-  static constexpr int kTeamThreads = 128;
-  int team, m_self = 0, m_other = 0;
-  __device__ int tid() const { return static_cast<int>(threadIdx.x) % kTeamThreads; }
-  __device__ int segment() const { return 2 * static_cast<int>(blockIdx.x) + team; }
-  __device__ int smem_offset(int team_bytes) const { return team * team_bytes; }
-  // Immediate ids, a branch a team: a register id makes ptxas reserve all 16 barriers (above).
-  __device__ void sync() const {
-    if (team == 0) named_bar_sync<1, kTeamThreads>(); else named_bar_sync<2, kTeamThreads>();
-  }
-  // Both counts known: team 1 lets team 0 take the first turn.
-  __device__ void set_calls(int self, int other) {
-#if defined(MUSE_ATTN_DUO_NO_TURNS)  // a kernel_bench knob: the two teams unordered
-    self = other = 0;
-#endif
-    m_self = self, m_other = other;
-    if (team == 1 && m_self > 0 && m_other > 0) named_bar_arrive<3, 2 * kTeamThreads>();
-  }
-  __device__ void before_scores(int i) const {
-    if (team == 0) {
-      if (i == 0 ? m_other > 0 : i <= m_other) named_bar_sync<3, 2 * kTeamThreads>();
-    } else if (i < m_other) {
-      named_bar_sync<4, 2 * kTeamThreads>();
-    }
-  }
-  __device__ void after_scores(int i) const {
-    if (team == 0) {
-      if (i < m_other) named_bar_arrive<4, 2 * kTeamThreads>();
-    } else if (i + 1 < m_other) {
-      named_bar_arrive<3, 2 * kTeamThreads>();
-    }
-  }
-};
-#endif
-
 // One split CTA's work (the entry points below): an inlined body so that each entry point carries
 // its own register bound.
-template <int D, bool kPairs, bool kFillRing, typename Team = SoloCta>
-__device__ __forceinline__ void run_split_cta(const VerifyParams& p, Team team = {}) {
+template <int D, bool kPairs, bool kFillRing>
+__device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   extern __shared__ __align__(16) char smem_raw[];
-  constexpr int kTeamBytes = split_team_bytes<D>();
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
-                                  kSmemAlign) % kSmemAlign) + team.smem_offset(kTeamBytes);
+                                  kSmemAlign) % kSmemAlign);
 #else
-  char* const smem = smem_raw + team.smem_offset(kTeamBytes);
+  char* const smem = smem_raw;
 #endif
   using Warp = WarpAttention<D>;
   constexpr int kStages = Stages<D>::value;
@@ -415,12 +342,11 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p, Team team =
   MUSE_TIMELINE(p, 0, 0);
   MUSE_TIMELINE_CLOCK(timeline_clock0);
   MUSE_TIMELINE_SM(p, 0, timeline_clock0);
-  SplitCta c = split_cta(p);
-  c.seg = team.segment();
+  const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
   const int raw_len = p.seq_lens[c.req];  // in flight while Q's copies are issued
-  const int tid = team.tid();
+  const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
   const int row0 = c.block_row0 + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
@@ -432,13 +358,6 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p, Team team =
                                              p.num_splits);
   int t0, t1;
   segment_tiles(g, c.seg, &t0, &t1);
-  if constexpr (Team::kTeams > 1) {  // the other team's score-MMA calls too (turns)
-    int o0, o1;
-    segment_tiles(g, c.seg ^ 1, &o0, &o1);
-    constexpr bool kStep = kPairs && Warp::kWarpgroupMma && kStages >= 3;  // the two-tile step below
-    auto calls = [](int n) { return n <= 0 || (kStep && n == 2) ? 0 : n; };  // the step: no turns
-    team.set_calls(calls(t1 - t0), calls(o1 - o0));
-  }
   if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
     copy_wait<0>();
     return;
@@ -502,24 +421,17 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p, Team team =
       // The prologue committed kStages - 1 groups after Q's (stage_query_rows): tile t0's, t0 +
       // 1's, then empty ones. Waiting for all but the last kStages - 2 lands Q and tile t0, so
       // the first tile's scores start; the second's wait runs under them (second_tile_landed).
-      // DuoTeam: both tiles waited for here, since its team barrier (a branch a team) between the
-      // two tiles' score MMAs made ptxas serialize them (C7520).
-      constexpr bool kBothFirst = Team::kTeams > 1;
-      copy_wait<kBothFirst ? kStages - 3 : kStages - 2>();
+      copy_wait<kStages - 2>();
       fence_proxy_async_shared();
-      team.sync();
+      __syncthreads();
       MUSE_TIMELINE(p, 0, 3);
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
-      auto second_tile_landed = [&] {
-        if constexpr (!kBothFirst) {
-          copy_wait<kStages - 3>();
-          fence_proxy_async_shared();
-          team.sync();
-        }
+      auto second_tile_landed = [] {
+        copy_wait<kStages - 3>();
+        fence_proxy_async_shared();
+        __syncthreads();
       };
-      // No turns around the step (DuoTeam counts it as none): an arrive between its score MMAs'
-      // wait and its P V MMAs, under a branch a team, made ptxas serialize them (C7520).
       softmax_and_accumulate_pair(w, st, tile_at(0), tile_at(1), t0, present & 0xFu, (present >> 4) & 0xFu,
                                   mask, p.scale_log2, second_tile_landed);
       paired = true;
@@ -542,7 +454,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p, Team team =
     copy_wait<kStages - 1>();  // tile t landed
     if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
     if constexpr (Warp::kWarpgroupMma) fence_proxy_async_shared();  // the copies, for its reads
-    team.sync();
+    __syncthreads();
     const int slot = it % kStages;
     const KvTile<D> tile = tile_at(slot);
     if (it == 0) {
@@ -550,12 +462,10 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p, Team team =
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
     }
-    team.before_scores(it);
     w.scores(tile);
-    team.after_scores(it);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     softmax_and_accumulate<false>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
-    team.sync();  // the stage is refilled next iteration
+    __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
   MUSE_TIMELINE(p, 0, 4);  // tiles done
@@ -582,16 +492,6 @@ __global__ void MUSE_ATTN_PAIRS_BOUNDS split_kernel_pairs(VerifyParams p) {
 }
 
 #if defined(MUSE_ATTN_CUDA)
-// Two warpgroups a CTA, each on its own segment (2 x, 2 x + 1; grid x = ceil(S / 2)), taking it as
-// split_kernel / _pairs / _fill_ring take theirs, their score MMAs in turn (DuoTeam). One CTA an
-// SM where two split CTAs of one warpgroup ran side by side, in step (benchmarks/NOTES.md
-// version 34), so that their MMAs and softmaxes interleave. 152 / 168 registers as split_kernel_pairs
-// and the 3-an-SM bound, so that the merge's CTAs still fit beside.
-template <bool kPairs, bool kFillRing>
-__global__ void __maxnreg__(kPairs ? kPairsMaxRegs : 168) split_kernel_duo(VerifyParams p) {
-  run_split_cta<64, kPairs, kFillRing>(p, DuoTeam{static_cast<int>(threadIdx.x) / DuoTeam::kTeamThreads});
-}
-
 // The ping-pong split kernel (NVIDIA, D = 64; LaunchPlan::split_pingpong picks it where a
 // segment has many tiles): two warpgroups ("teams") a CTA, each with the CTA's 64 query rows and
 // its own query tile, stages, copy groups and barrier, take the segment's tiles t0 + team,
@@ -600,7 +500,15 @@ __global__ void __maxnreg__(kPairs ? kPairsMaxRegs : 168) split_kernel_duo(Verif
 // its (m, l, O) to team 0 through its own stages, and team 0 writes the partial. 256 threads, 2
 // CTAs an SM. On an H200, kernels alone (benchmarks/NOTES.md version 14): 3-5 % faster than
 // split_kernel where segments have 16 tiles or more at 2 CTAs an SM, slower with short ones.
-// Barrier ids as immediates: named_bar_sync / named_bar_arrive above (team is warp-uniform).
+// Barrier ids as immediates (a register id makes ptxas reserve all 16); team is warp-uniform.
+template <int kId, int kCount>
+__device__ __forceinline__ void named_bar_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
+template <int kId, int kCount>
+__device__ __forceinline__ void named_bar_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kCount) : "memory");
+}
 constexpr int kTeamThreads = kThreads;        // a team: one warpgroup
 constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
 // Stages a team (its own, not Stages<D>: the measured choice, 2 a team beat 3 where bytes rule,
@@ -867,28 +775,6 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 }
 
 #if defined(MUSE_ATTN_CUDA)
-gpuError_t launch_split_duo(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  static std::atomic<uint64_t> done_plain{0}, done_pairs{0}, done_fill{0};
-  constexpr int kSmem = 2 * split_team_bytes<64>() + kSmemPad;
-  const dim3 grid = split_grid_two_pairs(p);
-  // MUSE_ATTN_DUO_CARVEOUT=N (an experiment): the kernels' preferred shared-memory carveout, N %.
-  static const int carveout = [] {
-    const char* v = std::getenv("MUSE_ATTN_DUO_CARVEOUT");
-    return v ? std::atoi(v) : -1;
-  }();
-  static std::atomic<bool> carved{false};
-  if (carveout >= 0 && !carved.exchange(true)) {
-    cudaFuncSetAttribute(split_kernel_duo<true, false>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
-    cudaFuncSetAttribute(split_kernel_duo<false, true>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
-    cudaFuncSetAttribute(split_kernel_duo<false, false>, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
-  }
-  if (plan.split_pairs)
-    return launch_with_smem(split_kernel_duo<true, false>, done_pairs, grid, 2 * kThreads, kSmem, p, stream);
-  if (plan.split_fill_ring)
-    return launch_with_smem(split_kernel_duo<false, true>, done_fill, grid, 2 * kThreads, kSmem, p, stream);
-  return launch_with_smem(split_kernel_duo<false, false>, done_plain, grid, 2 * kThreads, kSmem, p, stream);
-}
-
 gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStream_t stream) {
   static std::atomic<uint64_t> done_one_pair{0}, done_two_pairs{0};
   if (two_pairs)
@@ -917,9 +803,6 @@ bool pingpong_two_pairs_loaded() {
 gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
 #if defined(MUSE_ATTN_CUDA)
   if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, plan.split_pp_two_pairs, stream);
-#endif
-#if defined(MUSE_ATTN_CUDA)
-  if (plan.split_duo && p.head_dim == 64) return launch_split_duo(p, plan, stream);
 #endif
   if (plan.split_pairs && p.head_dim == 64) return launch_split_d<64, true>(p, stream);
 #if defined(MUSE_ATTN_CUDA)
