@@ -746,6 +746,74 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   MUSE_TIMELINE_CYCLES_AS(p, 0, 7, timeline_clock0, tl_cta, tl_stamper);
 }
 
+#if defined(MUSE_ATTN_TAIL_MERGE)
+// An experiment (benchmarks/NOTES.md version 48): the two-pair kernel's last CTA of a group
+// merges the group (no merge kernel). Arrivals counted a group by atomicInc, which wraps to 0 at
+// the last CTA: zero at module load, zero again after every call (one stream at a time).
+__device__ unsigned g_tail_arrivals[kMaxGroups];
+
+// The group's rows folded by the CTA's threads (D = 64: 8 threads a row, 16 bytes of the stored
+// partial row each; rows past the CTA's threads / 8 in further rounds) and written.
+template <int D>
+__device__ __forceinline__ void tail_merge_group(const VerifyParams& p, int group, int tid, int threads) {
+  static_assert(D == 64, "8 chunks a row");
+  constexpr int kChunks = D / 8;
+  constexpr int B = 8;  // segments loaded at a time
+  const int req = group / p.num_kv_heads;
+  const int kvh = group - req * p.num_kv_heads.divisor();
+  const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
+  const int raw_len = req < real ? p.seq_lens[req] : 0;
+  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
+  const int nseg = g.num_segments;
+  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;
+  for (int idx = tid; idx < p.rows * kChunks; idx += threads) {
+    const int row = idx / kChunks, c = idx % kChunks;
+    const uint16_t* const o_src = p.part_o + lay.o_offset(group, 0, row) + 8 * c;
+    const float* const ml_src = p.part_ml + lay.ml_offset(group, 0, row);
+    float m = neg_inf(), l = 0.0f, acc[8] = {};
+    for (int s0 = 0; s0 < nseg; s0 += B) {
+      float2 ml[B];
+      uint4 o[B];
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const bool ok = s0 + b < nseg;
+        const int s = ok ? s0 + b : 0;
+        ml[b] = ok ? __ldcg(reinterpret_cast<const float2*>(ml_src + s * ml_seg)) : make_float2(neg_inf(), 0.0f);
+        o[b] = ok ? __ldcg(reinterpret_cast<const uint4*>(o_src + s * o_seg)) : make_uint4(0, 0, 0, 0);
+      }
+      float mb = m;
+#pragma unroll
+      for (int b = 0; b < B; ++b) mb = fmaxf(mb, ml[b].x);
+      if (mb == neg_inf()) continue;
+      const float a = rescale_weight(m, mb);
+      l *= a;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc[e] *= a;
+#pragma unroll
+      for (int b = 0; b < B; ++b) {
+        const float w = rescale_weight(ml[b].x, mb);
+        l = fmaf(w, ml[b].y, l);
+        const uint32_t bits[4] = {o[b].x, o[b].y, o[b].z, o[b].w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          acc[2 * j] = fmaf(w, bf16_lo(bits[j]), acc[2 * j]);
+          acc[2 * j + 1] = fmaf(w, bf16_hi(bits[j]), acc[2 * j + 1]);
+        }
+      }
+      m = mb;
+    }
+    const float inv = safe_inverse(l);
+    uint16_t* const dst = p.out + ql.row_offset(req, kvh, row);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)  // position 8c + 2j holds the columns partial_o_swap(8c + 2j), + 1
+      *reinterpret_cast<uint32_t*>(dst + partial_o_swap(8 * c + 2 * j)) =
+          pack_bf16x2(acc[2 * j] * inv, acc[2 * j + 1] * inv);
+  }
+}
+#endif
+
 template <int D>
 __device__ __forceinline__ char* pp_smem_aligned() {
   extern __shared__ __align__(16) char smem_raw[];
@@ -781,6 +849,19 @@ __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyPara
     run_pp_pair<D, 1, true>(p, pp_smem_aligned<D>(), threadIdx.x, c MUSE_PP_TMA_ARG);
   else
     run_pp_pair<D, 6, true>(p, pp_smem_aligned<D>() + pp_pair_bytes<D>(), threadIdx.x - kPpThreads, c MUSE_PP_TMA_ARG);
+#if defined(MUSE_ATTN_TAIL_MERGE)
+  // The flag in pair 0's first stage, free by now (a static shared word would mark the stub).
+  volatile unsigned* const last = reinterpret_cast<unsigned*>(pp_smem_aligned<D>());
+  __syncthreads();  // both pairs' partials stored, every stage read
+  if (threadIdx.x == 0) {
+    __threadfence();
+    *last = atomicInc(&g_tail_arrivals[blockIdx.y], gridDim.x - 1) == gridDim.x - 1;
+  }
+  __syncthreads();
+  if (!*last) return;
+  __threadfence();
+  tail_merge_group<D>(p, c.group, threadIdx.x, 2 * kPpThreads);
+#endif
 #else
   // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
   // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
@@ -867,6 +948,9 @@ gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStrea
 }  // namespace
 
 #if defined(MUSE_ATTN_CUDA)
+#ifndef MUSE_ATTN_PP_TMA_PROMOTION  // an experiment's knob
+#define MUSE_ATTN_PP_TMA_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+#endif
 gpuError_t encode_kv_tensor_map(KvTensorMap* out, const void* kv, int64_t num_blocks, int num_kv_heads,
                                 int head_dim) {
   *out = KvTensorMap{};
@@ -890,7 +974,7 @@ gpuError_t encode_kv_tensor_map(KvTensorMap* out, const void* kv, int64_t num_bl
   const cuuint32_t box[2] = {cuuint32_t(head_dim), cuuint32_t(kPageSize)};
   const cuuint32_t elem[2] = {1, 1};
   if (encode(&out->map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(kv), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, MUSE_ATTN_PP_TMA_PROMOTION,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS)
     out->rows = static_cast<int>(rows);
   return gpuSuccess;
