@@ -441,9 +441,6 @@ bool merge_waits_for_split() {
 }
 
 gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-#if defined(MUSE_ATTN_TAIL_MERGE)  // an experiment: the two-pair kernel's last CTA merges
-  if (plan.split_pingpong && plan.split_pp_two_pairs && p.head_dim == 64 && p.rows <= kMaxRows) return gpuSuccess;
-#endif
   return p.head_dim == 64 ? launch_merge_warps<64>(p, plan, stream)
                           : launch_merge_warps<128>(p, plan, stream);
 }

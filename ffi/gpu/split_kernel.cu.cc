@@ -17,7 +17,6 @@
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
-#include "gpu/kv_tma.h"
 #include "gpu/launch_plan.h"
 #include "gpu/partial_o_order.h"
 #include "gpu/timeline.h"
@@ -515,17 +514,10 @@ constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
 // Stages a team (its own, not Stages<D>: the measured choice, 2 a team beat 3 where bytes rule,
 // NOTES.md version 14), then the two teams' query tiles.
 inline constexpr int kPpStagesPerTeam = 2;
-// The bulk copies' mbarriers (one a stage, both teams) past the query tiles (MUSE_ATTN_PP_TMA):
-// 1 KiB, so that a second pair's stages stay 1024-byte aligned.
-#if defined(MUSE_ATTN_PP_TMA)
-inline constexpr int kPpBarrierBytes = 1024;
-#else
-inline constexpr int kPpBarrierBytes = 0;
-#endif
 // A pair's shared memory past the alignment slack, and a one-pair CTA's with it.
 template <int D>
 __host__ __device__ constexpr int pp_pair_bytes() {
-  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes + kPpBarrierBytes;
+  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes;
 }
 template <int D>
 constexpr int pp_smem_bytes() {
@@ -545,16 +537,9 @@ inline constexpr int kPpMinCtasPerSm = 1;
 // segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
 // kBar: the first of the pair's named barriers (4, and a fifth where kPaired: the hand-over,
 // __syncthreads() in a CTA of one pair).
-#if defined(MUSE_ATTN_PP_TMA)
-#define MUSE_PP_TMA_PARAM , const KvTensorMap& tm
-#define MUSE_PP_TMA_ARG , tm
-#else
-#define MUSE_PP_TMA_PARAM
-#define MUSE_PP_TMA_ARG
-#endif
 template <int D, int kBar, bool kPaired>
 __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const smem, const int tid,
-                                            const SplitCta c MUSE_PP_TMA_PARAM) {
+                                            const SplitCta c) {
   using Warp = WarpAttention<D>;
   constexpr int P = kPpStagesPerTeam;  // a team's stages
   constexpr int kStages = 2 * P;
@@ -595,45 +580,9 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int slot) { return KvTile<D>{smem + (team * P + slot) * KvTile<D>::kBytes}; };
   unsigned present = 0;  // 4 bits a slot of this team
-#if defined(MUSE_ATTN_PP_TMA)
-  // A slot's bit in bulk: its tile came by the bulk copies (wait on its barrier, phase bit in
-  // phase). The same in every thread of the team (the test is on the tile alone).
-  uint64_t* const bars =
-      reinterpret_cast<uint64_t*>(smem + kStages * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes) + team * P;
-  unsigned bulk = 0, phase = 0;
-  const bool bulk_ok = tm.rows > 0;
-  if (bulk_ok && ttid == 0) {
-#pragma unroll
-    for (int s = 0; s < P; ++s) mbar_init(bars + s, 1);
-    mbar_init_fence();
-  }
-  const int head_row0 = c.kvh * kPageSize;  // the KV head's first slot row in a block
-  const int rows_per_block = p.num_kv_heads.divisor() * kPageSize;
-#endif
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);
-#if defined(MUSE_ATTN_PP_TMA)
-    if (bulk_ok && g.key_lo <= tile * kTileKeys && g.seq_len >= (tile + 1) * kTileKeys) {
-      if (ttid == 0) {
-        const KvTile<D> dst = tile_at(slot);
-        mbar_arrive_expect_tx(bars + slot, KvTile<D>::kBytes);
-#pragma unroll
-        for (int i = 0; i < kPagesPerTile; ++i) {
-          const int b = pages.block[i];
-          const int row = b >= 0 ? b * rows_per_block + head_row0 : tm.rows;  // absent: zeros
-          char* const k_dst = dst.base + i * kPageSize * KvTile<D>::kRowBytes;
-          tma_load_box(k_dst, &tm.map, 0, row, bars + slot);
-          tma_load_box(k_dst + kTileKeys * KvTile<D>::kRowBytes, &tm.map, D, row, bars + slot);
-        }
-      }
-      bulk |= 1u << slot;
-    } else {
-      stage_tile<D, kTeamThreads, false>(tile_at(slot), src, g, tile, pages, ttid);
-      bulk &= ~(1u << slot);
-    }
-#else
     stage_tile<D, kTeamThreads, false>(tile_at(slot), src, g, tile, pages, ttid);
-#endif
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
   {
@@ -682,12 +631,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     team_bar();
     const int slot = i % P;
     const KvTile<D> tile = tile_at(slot);
-#if defined(MUSE_ATTN_PP_TMA)
-    if ((bulk >> slot) & 1u) {
-      mbar_wait(bars + slot, (phase >> slot) & 1u);
-      phase ^= 1u << slot;
-    }
-#endif
     if (i == 0) {
       MUSE_TIMELINE_AS(p, 0, 3, tl_cta, tl_stamper);  // team 0's first tile (and its Q) in shared memory
       MUSE_TIMELINE_CYCLES_AS(p, 0, 10, timeline_clock0, tl_cta, tl_stamper);
@@ -746,74 +689,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   MUSE_TIMELINE_CYCLES_AS(p, 0, 7, timeline_clock0, tl_cta, tl_stamper);
 }
 
-#if defined(MUSE_ATTN_TAIL_MERGE)
-// An experiment (benchmarks/NOTES.md version 48): the two-pair kernel's last CTA of a group
-// merges the group (no merge kernel). Arrivals counted a group by atomicInc, which wraps to 0 at
-// the last CTA: zero at module load, zero again after every call (one stream at a time).
-__device__ unsigned g_tail_arrivals[kMaxGroups];
-
-// The group's rows folded by the CTA's threads (D = 64: 8 threads a row, 16 bytes of the stored
-// partial row each; rows past the CTA's threads / 8 in further rounds) and written.
-template <int D>
-__device__ __forceinline__ void tail_merge_group(const VerifyParams& p, int group, int tid, int threads) {
-  static_assert(D == 64, "8 chunks a row");
-  constexpr int kChunks = D / 8;
-  constexpr int B = 8;  // segments loaded at a time
-  const int req = group / p.num_kv_heads;
-  const int kvh = group - req * p.num_kv_heads.divisor();
-  const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  const int raw_len = req < real ? p.seq_lens[req] : 0;
-  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
-  const int nseg = g.num_segments;
-  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
-  const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;
-  for (int idx = tid; idx < p.rows * kChunks; idx += threads) {
-    const int row = idx / kChunks, c = idx % kChunks;
-    const uint16_t* const o_src = p.part_o + lay.o_offset(group, 0, row) + 8 * c;
-    const float* const ml_src = p.part_ml + lay.ml_offset(group, 0, row);
-    float m = neg_inf(), l = 0.0f, acc[8] = {};
-    for (int s0 = 0; s0 < nseg; s0 += B) {
-      float2 ml[B];
-      uint4 o[B];
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const bool ok = s0 + b < nseg;
-        const int s = ok ? s0 + b : 0;
-        ml[b] = ok ? __ldcg(reinterpret_cast<const float2*>(ml_src + s * ml_seg)) : make_float2(neg_inf(), 0.0f);
-        o[b] = ok ? __ldcg(reinterpret_cast<const uint4*>(o_src + s * o_seg)) : make_uint4(0, 0, 0, 0);
-      }
-      float mb = m;
-#pragma unroll
-      for (int b = 0; b < B; ++b) mb = fmaxf(mb, ml[b].x);
-      if (mb == neg_inf()) continue;
-      const float a = rescale_weight(m, mb);
-      l *= a;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) acc[e] *= a;
-#pragma unroll
-      for (int b = 0; b < B; ++b) {
-        const float w = rescale_weight(ml[b].x, mb);
-        l = fmaf(w, ml[b].y, l);
-        const uint32_t bits[4] = {o[b].x, o[b].y, o[b].z, o[b].w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          acc[2 * j] = fmaf(w, bf16_lo(bits[j]), acc[2 * j]);
-          acc[2 * j + 1] = fmaf(w, bf16_hi(bits[j]), acc[2 * j + 1]);
-        }
-      }
-      m = mb;
-    }
-    const float inv = safe_inverse(l);
-    uint16_t* const dst = p.out + ql.row_offset(req, kvh, row);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)  // position 8c + 2j holds the columns partial_o_swap(8c + 2j), + 1
-      *reinterpret_cast<uint32_t*>(dst + partial_o_swap(8 * c + 2 * j)) =
-          pack_bf16x2(acc[2 * j] * inv, acc[2 * j + 1] * inv);
-  }
-}
-#endif
-
 template <int D>
 __device__ __forceinline__ char* pp_smem_aligned() {
   extern __shared__ __align__(16) char smem_raw[];
@@ -821,16 +696,11 @@ __device__ __forceinline__ char* pp_smem_aligned() {
                      kSmemAlign);
 }
 
-#if defined(MUSE_ATTN_PP_TMA)
-#define MUSE_PP_TMA_KPARAM , const __grid_constant__ KvTensorMap tm
-#else
-#define MUSE_PP_TMA_KPARAM
-#endif
 template <int D>
-__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(VerifyParams p MUSE_PP_TMA_KPARAM) {
+__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(VerifyParams p) {
   char* const smem = pp_smem_aligned<D>();
   grid_launch_dependents();
-  run_pp_pair<D, 1, false>(p, smem, threadIdx.x, split_cta(p) MUSE_PP_TMA_ARG);
+  run_pp_pair<D, 1, false>(p, smem, threadIdx.x, split_cta(p));
 }
 
 // Two pairs a CTA, one CTA an SM, each pair on its own segment (2 x, 2 x + 1): the same work as
@@ -839,29 +709,16 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(V
 // per-CTA stamps, benchmarks/NOTES.md version 41). Launched with grid x = ceil(S / 2); a pair
 // whose segment is past the group's ends at once (each pair has its own barriers: 1-5, 6-10).
 template <int D>
-__global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyParams p MUSE_PP_TMA_KPARAM) {
+__global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyParams p) {
 #if defined(MUSE_ATTN_WGMMA)
   grid_launch_dependents();
   SplitCta c = split_cta(p);
   const int pair = threadIdx.x / kPpThreads;
   c.seg = 2 * static_cast<int>(blockIdx.x) + pair;
   if (pair == 0)
-    run_pp_pair<D, 1, true>(p, pp_smem_aligned<D>(), threadIdx.x, c MUSE_PP_TMA_ARG);
+    run_pp_pair<D, 1, true>(p, pp_smem_aligned<D>(), threadIdx.x, c);
   else
-    run_pp_pair<D, 6, true>(p, pp_smem_aligned<D>() + pp_pair_bytes<D>(), threadIdx.x - kPpThreads, c MUSE_PP_TMA_ARG);
-#if defined(MUSE_ATTN_TAIL_MERGE)
-  // The flag in pair 0's first stage, free by now (a static shared word would mark the stub).
-  volatile unsigned* const last = reinterpret_cast<unsigned*>(pp_smem_aligned<D>());
-  __syncthreads();  // both pairs' partials stored, every stage read
-  if (threadIdx.x == 0) {
-    __threadfence();
-    *last = atomicInc(&g_tail_arrivals[blockIdx.y], gridDim.x - 1) == gridDim.x - 1;
-  }
-  __syncthreads();
-  if (!*last) return;
-  __threadfence();
-  tail_merge_group<D>(p, c.group, threadIdx.x, 2 * kPpThreads);
-#endif
+    run_pp_pair<D, 6, true>(p, pp_smem_aligned<D>() + pp_pair_bytes<D>(), threadIdx.x - kPpThreads, c);
 #else
   // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
   // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
@@ -920,66 +777,15 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 #if defined(MUSE_ATTN_CUDA)
 gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStream_t stream) {
   static std::atomic<uint64_t> done_one_pair{0}, done_two_pairs{0};
-#if defined(MUSE_ATTN_PP_TMA)
-  KvTensorMap tm;
-  if (gpuError_t e = encode_kv_tensor_map(&tm, p.kv, p.num_blocks, p.num_kv_heads.divisor(), p.head_dim);
-      e != gpuSuccess)
-    return e;
-  if (two_pairs) {
-    const int smem = pp_smem_bytes<64>() + pp_pair_bytes<64>();
-    if (gpuError_t e = allow_smem_once(split_kernel_pp2<64>, smem, done_two_pairs); e != gpuSuccess) return e;
-    split_kernel_pp2<64><<<split_grid_two_pairs(p), 2 * kPpThreads, smem, stream>>>(p, tm);
-  } else {
-    if (gpuError_t e = allow_smem_once(split_kernel_pp<64>, pp_smem_bytes<64>(), done_one_pair); e != gpuSuccess)
-      return e;
-    split_kernel_pp<64><<<split_grid(p), kPpThreads, pp_smem_bytes<64>(), stream>>>(p, tm);
-  }
-  return gpuGetLastError();
-#else
   if (two_pairs)
     return launch_with_smem(split_kernel_pp2<64>, done_two_pairs, split_grid_two_pairs(p),
                             2 * kPpThreads, pp_smem_bytes<64>() + pp_pair_bytes<64>(), p, stream);
   return launch_with_smem(split_kernel_pp<64>, done_one_pair, split_grid(p), kPpThreads,
                           pp_smem_bytes<64>(), p, stream);
-#endif
 }
 #endif
 
 }  // namespace
-
-#if defined(MUSE_ATTN_CUDA)
-#ifndef MUSE_ATTN_PP_TMA_PROMOTION  // an experiment's knob
-#define MUSE_ATTN_PP_TMA_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_L2_256B
-#endif
-gpuError_t encode_kv_tensor_map(KvTensorMap* out, const void* kv, int64_t num_blocks, int num_kv_heads,
-                                int head_dim) {
-  *out = KvTensorMap{};
-  const int64_t rows = num_blocks * num_kv_heads * kPageSize;
-  if (head_dim != 64 || rows <= 0 || rows > int64_t{INT32_MAX} - kPageSize) return gpuSuccess;
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (encode == nullptr) return gpuSuccess;
-  const cuuint64_t dims[2] = {cuuint64_t(2 * head_dim), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(2 * head_dim * 2)};
-  const cuuint32_t box[2] = {cuuint32_t(head_dim), cuuint32_t(kPageSize)};
-  const cuuint32_t elem[2] = {1, 1};
-  if (encode(&out->map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(kv), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, MUSE_ATTN_PP_TMA_PROMOTION,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS)
-    out->rows = static_cast<int>(rows);
-  return gpuSuccess;
-}
-#endif
 
 bool pingpong_two_pairs_loaded() {
 #if defined(MUSE_ATTN_CUDA)
