@@ -17,7 +17,6 @@
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
-#include "gpu/kv_tma.h"
 #include "gpu/launch_plan.h"
 #include "gpu/partial_o_order.h"
 #include "gpu/timeline.h"
@@ -55,20 +54,6 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
 // NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
 // the warpgroup MMA's shared-memory operands; warp_mma.h).
 constexpr int kSmemAlign = 1024;
-// An experiment (MUSE_ATTN_SPLIT_TMA, benchmarks/NOTES.md version 48): the split kernels' interior
-// tiles by bulk tensor copies (kv_tma.h), an mbarrier a stage past the query tile.
-#if defined(MUSE_ATTN_SPLIT_TMA) && defined(MUSE_ATTN_CUDA)
-#define MUSE_SPLIT_TMA 1
-inline constexpr int kSplitBarrierBytes = 64;
-#define MUSE_SPLIT_TMA_PARAM , const KvTensorMap& tm
-#define MUSE_SPLIT_TMA_KPARAM , const __grid_constant__ KvTensorMap tm
-#define MUSE_SPLIT_TMA_ARG , tm
-#else
-inline constexpr int kSplitBarrierBytes = 0;
-#define MUSE_SPLIT_TMA_PARAM
-#define MUSE_SPLIT_TMA_KPARAM
-#define MUSE_SPLIT_TMA_ARG
-#endif
 template <int D>
 constexpr int split_smem_bytes() {  // the stages, then the query tile
 #if defined(MUSE_ATTN_CUDA)
@@ -76,7 +61,7 @@ constexpr int split_smem_bytes() {  // the stages, then the query tile
 #else
   constexpr int pad = 0;
 #endif
-  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad + kSplitBarrierBytes;
+  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
 }
 
 // The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
@@ -340,7 +325,7 @@ inline constexpr int kPairsMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 8 
 // One split CTA's work (the entry points below): an inlined body so that each entry point carries
 // its own register bound.
 template <int D, bool kPairs, bool kFillRing>
-__device__ __forceinline__ void run_split_cta(const VerifyParams& p MUSE_SPLIT_TMA_PARAM) {
+__device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   extern __shared__ __align__(16) char smem_raw[];
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -385,52 +370,9 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p MUSE_SPLIT_T
   // are masked). Kept in a register: every thread stages with the same block ids.
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
-#if defined(MUSE_SPLIT_TMA)
-  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + kStages * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes);
-  unsigned bulk = 0, phase = 0;  // a slot's bit: its tile came by the bulk copies / its phase
-  const bool bulk_ok = D == 64 && tm.rows > 0;
-  if (bulk_ok && tid == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) mbar_init(bars + s, 1);
-    mbar_init_fence();
-  }
-  const int head_row0 = c.kvh * kPageSize;
-  const int rows_per_block = p.num_kv_heads.divisor() * kPageSize;
-  // Waits for slot's bulk copies, if its tile came by them (after the barrier that follows the
-  // per-thread copies' wait).
-  auto bulk_wait = [&](int slot) {
-    if ((bulk >> slot) & 1u) {
-      mbar_wait(bars + slot, (phase >> slot) & 1u);
-      phase ^= 1u << slot;
-    }
-  };
-#else
-  auto bulk_wait = [](int) {};
-#endif
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
-#if defined(MUSE_SPLIT_TMA)
-    if (bulk_ok && g.key_lo <= tile * kTileKeys && g.seq_len >= (tile + 1) * kTileKeys) {
-      if (tid == 0) {
-        const KvTile<D> dst = tile_at(slot);
-        mbar_arrive_expect_tx(bars + slot, KvTile<D>::kBytes);
-#pragma unroll
-        for (int i = 0; i < kPagesPerTile; ++i) {
-          const int b = pages.block[i];
-          const int row = b >= 0 ? b * rows_per_block + head_row0 : tm.rows;  // absent: zeros
-          char* const k_dst = dst.base + i * kPageSize * KvTile<D>::kRowBytes;
-          tma_load_box(k_dst, &tm.map, 0, row, bars + slot);
-          tma_load_box(k_dst + kTileKeys * KvTile<D>::kRowBytes, &tm.map, D, row, bars + slot);
-        }
-      }
-      bulk |= 1u << slot;
-    } else {
-      stage_tile<D, kThreads, !kPairs>(tile_at(slot), src, g, tile, pages, tid);
-      bulk &= ~(1u << slot);
-    }
-#else
     stage_tile<D, kThreads, !kPairs>(tile_at(slot), src, g, tile, pages, tid);
-#endif
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
@@ -482,15 +424,13 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p MUSE_SPLIT_T
       copy_wait<kStages - 2>();
       fence_proxy_async_shared();
       __syncthreads();
-      bulk_wait(0);
       MUSE_TIMELINE(p, 0, 3);
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
-      auto second_tile_landed = [&] {
+      auto second_tile_landed = [] {
         copy_wait<kStages - 3>();
         fence_proxy_async_shared();
         __syncthreads();
-        bulk_wait(1);
       };
       softmax_and_accumulate_pair(w, st, tile_at(0), tile_at(1), t0, present & 0xFu, (present >> 4) & 0xFu,
                                   mask, p.scale_log2, second_tile_landed);
@@ -517,7 +457,6 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p MUSE_SPLIT_T
     __syncthreads();
     const int slot = it % kStages;
     const KvTile<D> tile = tile_at(slot);
-    bulk_wait(slot);
     if (it == 0) {
       MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
       MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
@@ -539,17 +478,17 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p MUSE_SPLIT_T
 
 // The entry points (launch_split picks one from the launch plan).
 template <int D>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p MUSE_SPLIT_TMA_KPARAM) {
-  run_split_cta<D, false, false>(p MUSE_SPLIT_TMA_ARG);
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel(VerifyParams p) {
+  run_split_cta<D, false, false>(p);
 }
 template <int D>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_fill_ring(VerifyParams p MUSE_SPLIT_TMA_KPARAM) {
-  run_split_cta<D, false, true>(p MUSE_SPLIT_TMA_ARG);
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_fill_ring(VerifyParams p) {
+  run_split_cta<D, false, true>(p);
 }
 template <int D>
-__global__ void MUSE_ATTN_PAIRS_BOUNDS split_kernel_pairs(VerifyParams p MUSE_SPLIT_TMA_KPARAM) {
+__global__ void MUSE_ATTN_PAIRS_BOUNDS split_kernel_pairs(VerifyParams p) {
   static_assert(D == 64, "the two-tile step is tuned (and its cap written) for D = 64");
-  run_split_cta<D, true, false>(p MUSE_SPLIT_TMA_ARG);
+  run_split_cta<D, true, false>(p);
 }
 
 #if defined(MUSE_ATTN_CUDA)
@@ -820,17 +759,7 @@ gpuError_t launch_with_smem(Kernel kernel, std::atomic<uint64_t>& done, dim3 gri
 template <int D, typename Kernel>
 gpuError_t launch_split_entry(Kernel kernel, std::atomic<uint64_t>& done, const VerifyParams& p,
                               gpuStream_t stream) {
-#if defined(MUSE_SPLIT_TMA)
-  KvTensorMap tm;
-  if (gpuError_t e = encode_kv_tensor_map(&tm, p.kv, p.num_blocks, p.num_kv_heads.divisor(), p.head_dim);
-      e != gpuSuccess)
-    return e;
-  if (gpuError_t e = allow_smem_once(kernel, split_smem_bytes<D>(), done); e != gpuSuccess) return e;
-  kernel<<<split_grid(p), kThreads, split_smem_bytes<D>(), stream>>>(p, tm);
-  return gpuGetLastError();
-#else
   return launch_with_smem(kernel, done, split_grid(p), kThreads, split_smem_bytes<D>(), p, stream);
-#endif
 }
 
 template <int D, bool kPairs = false, bool kFillRing = false>
@@ -857,40 +786,6 @@ gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStrea
 #endif
 
 }  // namespace
-
-#if defined(MUSE_SPLIT_TMA)
-#ifndef MUSE_ATTN_TMA_PROMOTION  // an experiment's knob
-#define MUSE_ATTN_TMA_PROMOTION CU_TENSOR_MAP_L2_PROMOTION_NONE
-#endif
-gpuError_t encode_kv_tensor_map(KvTensorMap* out, const void* kv, int64_t num_blocks, int num_kv_heads,
-                                int head_dim) {
-  *out = KvTensorMap{};
-  const int64_t rows = num_blocks * num_kv_heads * kPageSize;
-  if (head_dim != 64 || rows <= 0 || rows > int64_t{INT32_MAX} - kPageSize) return gpuSuccess;
-  using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-  static const Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) !=
-            cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      fn = nullptr;
-    }
-    return reinterpret_cast<Encode>(fn);
-  }();
-  if (encode == nullptr) return gpuSuccess;
-  const cuuint64_t dims[2] = {cuuint64_t(2 * head_dim), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(2 * head_dim * 2)};
-  const cuuint32_t box[2] = {cuuint32_t(head_dim), cuuint32_t(kPageSize)};
-  const cuuint32_t elem[2] = {1, 1};
-  if (encode(&out->map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(kv), dims, strides, box, elem,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, MUSE_ATTN_TMA_PROMOTION,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS)
-    out->rows = static_cast<int>(rows);
-  return gpuSuccess;
-}
-#endif
 
 bool pingpong_two_pairs_loaded() {
 #if defined(MUSE_ATTN_CUDA)
