@@ -569,6 +569,17 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
                                              p.num_splits);
   int t0, t1;
   segment_tiles(g, c.seg, &t0, &t1);
+#if defined(MUSE_ATTN_PP2_SKEW)  // experiment (kernel_bench only): pair 0 takes SKEW tiles of pair 1's
+  if constexpr (kPaired) {      // segment (negative: gives them), each keeping one tile at least
+    int a0, b0, a1, b1;
+    segment_tiles(g, c.seg & ~1, &a0, &b0);
+    segment_tiles(g, c.seg | 1, &a1, &b1);
+    if (a1 < b1) {
+      const int cut = min_i(max_i(b0 + (MUSE_ATTN_PP2_SKEW), a0 + 1), b1 - 1);
+      if (c.seg & 1) t0 = cut; else t1 = cut;
+    }
+  }
+#endif
   if (t0 >= t1) {
     copy_wait<0>();
     return;

@@ -33,6 +33,9 @@ __device__ __forceinline__ uint64_t* timeline_slot(uint64_t* buf, int base, int 
 // The slot = %globaltimer (ns).
 __device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int event, int64_t cta,
                                                bool stamper) {
+#if defined(MUSE_ATTN_TIMELINE_LEAN)  // start, tiles done and partials only (fewer live registers)
+  if (event != 0 && event != 4 && event != 5) return;
+#endif
   if (!stamper) return;
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
@@ -41,6 +44,9 @@ __device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int even
 // The slot = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
 __device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int event, uint64_t since,
                                                 int64_t cta, bool stamper) {
+#if defined(MUSE_ATTN_TIMELINE_LEAN)
+  return;
+#endif
   if (stamper) *timeline_slot(buf, base, event, cta) = clock64() - since;
 }
 // The CTA's SM (%smid) into slot 12 and `clock0` (its clock64() at the start) into slot 13, so that
@@ -70,7 +76,11 @@ __device__ __forceinline__ void timeline_sm(uint64_t* buf, int base, uint64_t cl
 #define MUSE_TIMELINE_AS_WHO(cta, stamper, cta_expr, stamper_expr) \
   const int64_t cta = (cta_expr);                                   \
   const bool stamper = (stamper_expr)
+#if defined(MUSE_ATTN_TIMELINE_LEAN)
+#define MUSE_TIMELINE_CLOCK(var) const uint64_t var = 0
+#else
 #define MUSE_TIMELINE_CLOCK(var) const uint64_t var = clock64()
+#endif
 #else
 #define MUSE_TIMELINE(params, base, event) ((void)0)
 #define MUSE_TIMELINE_CLOCK(var) static_assert(true)
