@@ -229,9 +229,12 @@ ptxas info    : Used 255 registers, used 1 barriers, 49152 bytes smem, 360 bytes
     assert gcc.isa_version("gfx950") == 9500 and gcc.isa_version("gfx1100") == 11000
 
 
-@pytest.mark.parametrize("flags", [[], ["-DMUSE_ATTN_TIMELINE"]], ids=["plain", "timeline"])
+@pytest.mark.parametrize(
+    "flags", [[], ["-DMUSE_ATTN_TIMELINE"], ["-DMUSE_ATTN_TIMELINE", "-DMUSE_ATTN_TIMELINE_LEAN"]],
+    ids=["plain", "timeline", "timeline_lean"])
 def test_kernel_bench_builds(flags, tmp_path):
-    """benchmarks/kernel_bench.cu (the kernels alone, and with timeline stamps) still builds."""
+    """benchmarks/kernel_bench.cu (the kernels alone, with timeline stamps and with the lean
+    stamps) still builds."""
     _require_nvcc()
     out = tmp_path / "kb"
     cmd = [gcc.find_nvcc(), "-O1", "-std=c++17", "-arch=sm_90", "-I", os.path.join(ROOT, "ffi"),

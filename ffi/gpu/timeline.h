@@ -2,8 +2,10 @@
 // thread 0 of every CTA stamps the GPU's global nanosecond timer at named points of the split
 // and merge kernels, so a run shows where a call's time goes (launch, seq_lens, block ids, first
 // tile, tiles, partials, merge), and SM-cycle spans at a few (the split's tiles, the merge after
-// its release: exact where the ~0.26 us timer ticks are not). Compiled out (no code, no
-// VerifyParams field) otherwise.
+// its release: exact where the ~0.26 us timer ticks are not). With -DMUSE_ATTN_TIMELINE_LEAN too,
+// only the start, tiles done and partials (and the SM) are stamped, no cycle spans: fewer live
+// registers (the full build spills in split_kernel_pp2; benchmarks/NOTES.md version 49). Compiled
+// out (no code, no VerifyParams field) otherwise.
 #ifndef MUSE_ATTN_GPU_TIMELINE_H_
 #define MUSE_ATTN_GPU_TIMELINE_H_
 
