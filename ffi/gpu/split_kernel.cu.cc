@@ -14,7 +14,6 @@
 // split_kernel<64, false, true> in benchmarks/NOTES.md are the pairs and fill-ring kernels.)
 #include <atomic>
 #include <cstdint>
-#include <type_traits>
 
 #include "gpu/kernels.h"
 #include "gpu/kv_tile.h"
@@ -516,14 +515,9 @@ constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
 // NOTES.md version 14), then the two teams' query tiles.
 inline constexpr int kPpStagesPerTeam = 2;
 // A pair's shared memory past the alignment slack, and a one-pair CTA's with it.
-#if defined(MUSE_ATTN_PP2_POOL)
-inline constexpr int kPpPoolBytes = kSmemAlign;  // experiment: the pair's ticket ring (8 ints), aligned
-#else
-inline constexpr int kPpPoolBytes = 0;
-#endif
 template <int D>
 __host__ __device__ constexpr int pp_pair_bytes() {
-  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes + kPpPoolBytes;
+  return 2 * kPpStagesPerTeam * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes;
 }
 template <int D>
 constexpr int pp_smem_bytes() {
@@ -543,17 +537,6 @@ inline constexpr int kPpMinCtasPerSm = 1;
 // segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
 // kBar: the first of the pair's named barriers (4, and a fifth where kPaired: the hand-over,
 // __syncthreads() in a CTA of one pair).
-#if defined(MUSE_ATTN_PP2_POOL)
-// Experiment (session 49, kernel_bench only; not safe with two calls in flight on one device):
-// the two-pair kernel's tail from a per-group pool. A group of T tiles and S segments: each pair
-// takes F = 2 floor((T - S * MUSE_ATTN_PP2_POOL) / 2S) tiles of its own ([tile_lo + seg F, + F),
-// a team F / 2), then 2-tile chunks of the rest ([tile_lo + S F, tile_hi)) from a per-group
-// counter, asked by the pair's thread 0 four team iterations ahead and published a ring slot a
-// unit one iteration later (team 1 reads it after a turn barrier that follows the write). Each
-// of the S pairs is refused exactly once, so atomicInc wrapping at chunks + S - 1 leaves the
-// counter zero after every call. Only where F >= 8 (otherwise the segments as always).
-__device__ unsigned int g_pp_pool_counters[1 << 16];  // zero at module load
-#endif
 template <int D, int kBar, bool kPaired>
 __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const smem, const int tid,
                                             const SplitCta c) {
@@ -591,40 +574,9 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     return;
   }
   MUSE_TIMELINE_AS(p, 0, 1, tl_cta, tl_stamper);  // seq_lens read
-#if defined(MUSE_ATTN_PP2_POOL)
-  // ring(tm)[u & 7]: team tm's tile of pool unit u, or -1 (written by the pair's thread 0);
-  // ring(2)[0..3]: thread 0's own pool_lo, chunks, the counter's wrap and index.
-  auto ring = [&](int tm) {
-    return reinterpret_cast<int*>(smem + kStages * KvTile<D>::kBytes + 2 * QTile<D, kMaxRows>::kBytes) + 8 * tm;
-  };
-  bool pooled = false;
-  if constexpr (kPaired) {
-    const int f = 2 * (max_i(g.tile_hi - g.tile_lo - g.num_segments * (MUSE_ATTN_PP2_POOL), 0) / (2 * g.num_segments));
-    if (f >= 8) {
-      pooled = true;
-      t0 = g.tile_lo + c.seg * f;
-      t1 = t0 + f;
-      if (tid == 0) {
-        const int pool_lo = g.tile_lo + g.num_segments * f;
-        const int chunks = (g.tile_hi - pool_lo + 1) / 2;
-        ring(2)[0] = pool_lo;
-        ring(2)[1] = chunks;
-        ring(2)[2] = chunks + g.num_segments - 1;
-        ring(2)[3] = min_i(c.group * static_cast<int>(gridDim.z) + static_cast<int>(blockIdx.z), (1 << 16) - 1);
-      }
-    }
-  }
-  int pool_state = -2;  // thread 0: -2 nothing asked, -1 refused, else the ticket in flight
-  const int n_team = (t1 - t0 - team + 1) / 2;  // pooled: the team's own tiles (both teams alike)
-  const int n_other = (t1 - t0) - n_team;
-  auto has = [&](int i) { return i < n_team || (pooled && ring(team)[(i - n_team) & 7] >= 0); };
-  auto other_has = [&](int i) { return i < n_other || (pooled && ring(1 - team)[(i - n_other) & 7] >= 0); };
-  auto team_tile = [&](int i) { return i < n_team ? t0 + team + 2 * i : ring(team)[(i - n_team) & 7]; };
-#else
   const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
   const int n_other = (t1 - t0) - n_team;             // the other team's
   auto team_tile = [&](int i) { return t0 + team + 2 * i; };
-#endif
   const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int slot) { return KvTile<D>{smem + (team * P + slot) * KvTile<D>::kBytes}; };
   unsigned present = 0;  // 4 bits a slot of this team
@@ -636,19 +588,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   {
     TileEntries first[P - 1];
 #pragma unroll
-#if defined(MUSE_ATTN_PP2_POOL)
-    for (int s = 0; s < P - 1; ++s)
-      if (has(s)) first[s] = load_tile_entries(src, team_tile(s));
-#pragma unroll
-    for (int s = 0; s < P - 1; ++s) {
-      if (has(s)) stage(s, team_tile(s), first[s]);
-      copy_commit();
-    }
-  }
-  MUSE_TIMELINE_AS(p, 0, 2, tl_cta, tl_stamper);  // first block ids read, first copies issued
-  TileEntries next{};
-  if (has(P - 1)) next = load_tile_entries(src, team_tile(P - 1));
-#else
     for (int s = 0; s < P - 1; ++s)
       if (s < n_team) first[s] = load_tile_entries(src, team_tile(s));
 #pragma unroll
@@ -660,7 +599,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   MUSE_TIMELINE_AS(p, 0, 2, tl_cta, tl_stamper);  // first block ids read, first copies issued
   TileEntries next{};
   if (P - 1 < n_team) next = load_tile_entries(src, team_tile(P - 1));
-#endif
 
   const LaneMask<R> mask = lane_mask(p, g, w, row0);
   SoftmaxState st[R];
@@ -683,63 +621,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   if (team == 1) named_bar_arrive<kBar + 2, kPpThreads>();
   // The id loads stay behind the refill's copies here: issued ahead of them, as split_kernel
   // does, this kernel was 0.2-0.5 us slower (benchmarks/NOTES.md version 23).
-#if defined(MUSE_ATTN_PP2_POOL)
-  // One iteration: tile t (the team's i-th), then staging t_stage (the i+1-th) and loading the
-  // entries of t_ent (the i+2-th); kChecked: t_stage / t_ent may be -1 (none) and the other
-  // team's turn is arrived at only if it has a tile; otherwise all three exist.
-  auto step = [&](auto checked, const int i, const int t, const int t_stage, const int t_ent, const bool turn) {
-    constexpr bool kChecked = decltype(checked)::value;
-    if (!kChecked || t_stage >= 0) stage((i + P - 1) % P, t_stage, next);
-    if (!kChecked || t_ent >= 0) next = load_tile_entries(src, t_ent);
-    copy_commit();
-    copy_wait<P - 1>();  // tile i (and the team's Q, an older group) landed
-    fence_proxy_async_shared();
-    team_bar();
-    const int slot = i % P;
-    const KvTile<D> tile = tile_at(slot);
-    if (i == 0) {
-      MUSE_TIMELINE_AS(p, 0, 3, tl_cta, tl_stamper);  // team 0's first tile (and its Q) in shared memory
-      MUSE_TIMELINE_CYCLES_AS(p, 0, 10, timeline_clock0, tl_cta, tl_stamper);
-    }
-    w.load_q(q_tile, 16 * warp);
-    my_turn();
-    w.scores(tile);
-    if (!kChecked || turn) their_turn();
-    const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
-    softmax_and_accumulate<true>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
-    team_bar();  // the team's stage is refilled next iteration
-  };
-  // The team's own tiles but its last four, with nothing checked (both teams have i + 2 < n_team
-  // there: n_team = n_other where pooled, and within one of it otherwise); then the rest, the
-  // pool's tickets asked and read, in a second copy of the body.
-  const int n_plain = max_i(min_i(n_team, n_other) - 4, 0);
-  int i = 0;
-  for (; i < n_plain; ++i)
-    step(std::false_type{}, i, t0 + team + 2 * i, t0 + team + 2 * (i + 1), t0 + team + 2 * (i + 2), true);
-  for (; has(i); ++i) {
-    static_assert(P == 2, "tickets are published two iterations before their first use");
-    if (pooled && tid == 0) {  // the pair's thread 0 (team 0)
-      const int u = i + 4 - n_team;  // the unit of iteration i + 4
-      if (u >= 1 && pool_state >= 0) {  // publish last iteration's ticket (unit u - 1)
-        const int t = ring(2)[0] + 2 * pool_state;
-        const bool ok = pool_state < ring(2)[1];
-        ring(0)[(u - 1) & 7] = ok ? t : -1;
-        ring(1)[(u - 1) & 7] = ok && t + 1 < g.tile_hi ? t + 1 : -1;
-        if (!ok) pool_state = -1;
-      }
-      if (u >= 0) {
-        if (pool_state != -1) {
-          pool_state = static_cast<int>(atomicInc(&g_pp_pool_counters[ring(2)[3]], static_cast<unsigned int>(ring(2)[2])));
-        } else {
-          ring(0)[u & 7] = -1;
-          ring(1)[u & 7] = -1;
-        }
-      }
-    }
-    step(std::true_type{}, i, team_tile(i), has(i + P - 1) ? team_tile(i + P - 1) : -1,
-         has(i + P) ? team_tile(i + P) : -1, other_has(i + team));
-  }
-#else
   for (int i = 0; i < n_team; ++i) {
     const int t = team_tile(i);
     if (i + P - 1 < n_team) stage((i + P - 1) % P, team_tile(i + P - 1), next);
@@ -762,7 +643,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     softmax_and_accumulate<true>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     team_bar();  // the team's stage is refilled next iteration
   }
-#endif
   copy_wait<0>();
   MUSE_TIMELINE_AS(p, 0, 4, tl_cta, tl_stamper);  // team 0's tiles done
   MUSE_TIMELINE_CYCLES_AS(p, 0, 11, timeline_clock0, tl_cta, tl_stamper);
