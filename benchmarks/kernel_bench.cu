@@ -22,7 +22,7 @@
 // and written. MUSE_KB_TL_CSV=FILE appends every split CTA's stamps (its SM, start, first tile,
 // tiles done, partials) to FILE, a block a config (benchmarks/NOTES.md version 41 reads them).
 // With -DMUSE_ATTN_TIMELINE_LEAN as well only start, tiles done and partials are stamped (and the
-// SM): the full build spills in split_kernel_pp2, the lean one does not and costs it ~0.2-0.4 us
+// SM): the full build spills in split_kernel_pp2, the lean one does not and costs it ~0.2-0.5 us
 // (benchmarks/experiments/lean_timeline_check.sh; its per-pair ends: experiments/pair_ends.py).
 // MUSE_KB_CHECK=1 also checks each config's output (benchmarks/kb_check.h: a naive float64
 // attention from the spec, on requests 0, R/2 and R-1) with signed random data instead of the
