@@ -537,28 +537,9 @@ inline constexpr int kPpMinCtasPerSm = 1;
 // segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
 // kBar: the first of the pair's named barriers (4, and a fifth where kPaired: the hand-over,
 // __syncthreads() in a CTA of one pair).
-#if defined(MUSE_ATTN_PP2_ONE_BODY)
-// Experiment (session 49): kBar == 0 takes the pair's first barrier at run time (bar_rt), so both
-// pairs of split_kernel_pp2 run one copy of run_pp_pair's code (half the kernel's loop code).
-template <int kBar, int kOff, int kCount>
-__device__ __forceinline__ void pair_bar_sync(int bar_rt) {
-  if constexpr (kBar == 0) asm volatile("bar.sync %0, %1;\n" ::"r"(bar_rt + kOff), "n"(kCount) : "memory");
-  else named_bar_sync<kBar + kOff, kCount>();
-}
-template <int kBar, int kOff, int kCount>
-__device__ __forceinline__ void pair_bar_arrive(int bar_rt) {
-  if constexpr (kBar == 0) asm volatile("bar.arrive %0, %1;\n" ::"r"(bar_rt + kOff), "n"(kCount) : "memory");
-  else named_bar_arrive<kBar + kOff, kCount>();
-}
-#define MUSE_PP_SYNC(off, count) pair_bar_sync<kBar, off, count>(bar_rt)
-#define MUSE_PP_ARRIVE(off, count) pair_bar_arrive<kBar, off, count>(bar_rt)
-#else
-#define MUSE_PP_SYNC(off, count) named_bar_sync<kBar + (off), count>()
-#define MUSE_PP_ARRIVE(off, count) named_bar_arrive<kBar + (off), count>()
-#endif
 template <int D, int kBar, bool kPaired>
 __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const smem, const int tid,
-                                            const SplitCta c, const int bar_rt = 0) {
+                                            const SplitCta c) {
   using Warp = WarpAttention<D>;
   constexpr int P = kPpStagesPerTeam;  // a team's stages
   constexpr int kStages = 2 * P;
@@ -629,15 +610,15 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   // turn barrier is fed by exactly one arrive: team j's i-th turn by the other's arrive after
   // its (i - 1 + j)-th MMAs, team 0's first by team 1's arrive here.
   auto team_bar = [&] {
-    if (team == 0) MUSE_PP_SYNC(0, kTeamThreads); else MUSE_PP_SYNC(1, kTeamThreads);
+    if (team == 0) named_bar_sync<kBar, kTeamThreads>(); else named_bar_sync<kBar + 1, kTeamThreads>();
   };
   auto my_turn = [&] {
-    if (team == 0) MUSE_PP_SYNC(2, kPpThreads); else MUSE_PP_SYNC(3, kPpThreads);
+    if (team == 0) named_bar_sync<kBar + 2, kPpThreads>(); else named_bar_sync<kBar + 3, kPpThreads>();
   };
   auto their_turn = [&] {
-    if (team == 0) MUSE_PP_ARRIVE(3, kPpThreads); else MUSE_PP_ARRIVE(2, kPpThreads);
+    if (team == 0) named_bar_arrive<kBar + 3, kPpThreads>(); else named_bar_arrive<kBar + 2, kPpThreads>();
   };
-  if (team == 1) MUSE_PP_ARRIVE(2, kPpThreads);
+  if (team == 1) named_bar_arrive<kBar + 2, kPpThreads>();
   // The id loads stay behind the refill's copies here: issued ahead of them, as split_kernel
   // does, this kernel was 0.2-0.5 us slower (benchmarks/NOTES.md version 23).
   for (int i = 0; i < n_team; ++i) {
@@ -682,7 +663,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
 #pragma unroll
         for (int c = 0; c < 4; ++c) xfer[(2 * R + 4 * n + c) * kTeamThreads] = w.o[n][c];
     }
-    if constexpr (kPaired) MUSE_PP_SYNC(4, kPpThreads); else __syncthreads();
+    if constexpr (kPaired) named_bar_sync<kBar + 4, kPpThreads>(); else __syncthreads();
     if (team == 1) return;
     float w0[R], w1[R];
 #pragma unroll
@@ -734,15 +715,10 @@ __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyPara
   SplitCta c = split_cta(p);
   const int pair = threadIdx.x / kPpThreads;
   c.seg = 2 * static_cast<int>(blockIdx.x) + pair;
-#if defined(MUSE_ATTN_PP2_ONE_BODY)
-  run_pp_pair<D, 0, true>(p, pp_smem_aligned<D>() + pair * pp_pair_bytes<D>(), threadIdx.x - pair * kPpThreads, c,
-                          1 + 5 * pair);
-#else
   if (pair == 0)
     run_pp_pair<D, 1, true>(p, pp_smem_aligned<D>(), threadIdx.x, c);
   else
     run_pp_pair<D, 6, true>(p, pp_smem_aligned<D>() + pp_pair_bytes<D>(), threadIdx.x - kPpThreads, c);
-#endif
 #else
   // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
   // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
