@@ -258,6 +258,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   const char* names[2][10] = {{"start", "seq_lens", "ids+copies", "tile0 in", "tiles done", "partials",
                                "own tile0", "", "q issued", "pre-wait"},
                               {"start", "dep wait", "folded", "written", "", "", "", "", "", ""}};
+  // A CTA's stamp k in us after t0, or -1 where it was not stamped (the lean build stamps few).
+  auto stamp_us = [&](const uint64_t* e, int k) { return e[k] ? (double(e[k]) - double(t0)) * 1e-3 : -1.0; };
   if (const char* csv = std::getenv("MUSE_KB_TL_CSV")) {  // every split CTA's stamps, for a closer look
     if (FILE* f = std::fopen(csv, "a")) {
       std::fprintf(f, "# L=%d R=%d window=%d splits=%d: cta,segment,group,sm,start_us,seq_lens_us,"
@@ -265,9 +267,9 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
       for (int c = 0; c < kTimelineMergeBase; ++c) {
         const uint64_t* e = &tl[size_t(c) * kTimelineEvents];
         if (!e[0]) continue;
-        auto us = [&](int k) { return e[k] ? (double(e[k]) - double(t0)) * 1e-3 : -1.0; };
         std::fprintf(f, "%d,%d,%d,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", c, c % splits, c / splits,
-                     (unsigned long long)e[12], us(0), us(1), us(2), us(3), us(4), us(5));
+                     (unsigned long long)e[12], stamp_us(e, 0), stamp_us(e, 1), stamp_us(e, 2), stamp_us(e, 3),
+                     stamp_us(e, 4), stamp_us(e, 5));
       }
       std::fclose(f);
     }
@@ -275,7 +277,7 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
   std::vector<double> mhz;  // split CTAs: SM cycles (stamp 7) over ns (stamps 0 to 5)
   for (int c = 0; c < kTimelineMergeBase; ++c) {
     const uint64_t* e = &tl[size_t(c) * kTimelineEvents];
-    if (e[0] && e[5] > e[0]) mhz.push_back(double(e[7]) / double(e[5] - e[0]) * 1e3);
+    if (e[0] && e[5] > e[0] && e[7]) mhz.push_back(double(e[7]) / double(e[5] - e[0]) * 1e3);
   }
   std::sort(mhz.begin(), mhz.end());
   if (!mhz.empty()) std::printf("    SM clock (split CTAs, cycles / ns): median %.0f MHz\n", mhz[mhz.size() / 2]);
@@ -288,8 +290,8 @@ void run(int L, int R, int window, int splits, int sms, bool shuffle, bool once,
     if (worst >= 0) {
       const uint64_t* e = &tl[size_t(worst) * kTimelineEvents];
       std::printf("    last split CTA: segment %d group %d of %d segments: ids+copies %.2f tile0 %.2f "
-                  "tiles done %.2f us\n", worst % splits, worst / splits, splits, (e[2] - t0) * 1e-3,
-                  (e[3] - t0) * 1e-3, (e[4] - t0) * 1e-3);
+                  "tiles done %.2f us\n", worst % splits, worst / splits, splits, stamp_us(e, 2),
+                  stamp_us(e, 3), stamp_us(e, 4));
     }
   }
   for (int k = 0; k < 2; ++k) {

@@ -1,4 +1,4 @@
-"""Per-pair ends from kernel_bench's MUSE_KB_TL_CSV files (session 49, pp2_balance.sh).
+"""Per-pair ends from kernel_bench's MUSE_KB_TL_CSV files (session 49, lean_timeline_check.sh).
 
 A two-pair CTA's pairs stamp as the one-pair CTAs of segments 2x and 2x + 1 would, so a segment's
 parity is its pair and segments 2x, 2x + 1 of a group are one CTA. (For the one-pair kernel the
