@@ -1,4 +1,4 @@
-"""What README.md ("The launch plan at a glance") and benchmarks/NOTES.md say each config of the
+"""What README.md (Performance, "The launch plan") and benchmarks/NOTES.md say each config of the
 benchmark grid runs on an H200 (132 SMs, sm_90), and the off-grid configs around the two-tile
 kernel's bound; shared by the GPU test (test_gpu_launch_modes.py: the real device's plan) and the
 host test (test_launch_plan_host.py: ffi/gpu/launch_plan.h compiled against a stub runtime).
