@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Session 50: why does pair 1 (warps 8-15) of the two-pair kernel end its segment before pair 0
+# (session 49, pair_ends.py)? Three lean timeline builds (-DMUSE_ATTN_TIMELINE_LEAN): the tree;
+# the pairs' segments swapped (MUSE_ATTN_PP2_SWAP_SEGMENTS: pair 0 on 2x + 1); the pairs' shared
+# memory halves swapped (MUSE_ATTN_PP2_SWAP_SMEM). pair_ends.py reports odd - even segments: the
+# segment's parity is the pair in the tree and the smem build, the other pair in the segment build.
+# Plain builds of the three too, timed alternating (do the knobs cost anything by themselves?).
+set -u -o pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+CFG=${CFG:-"32768 8 0 0 131072 2 0 0"}
+B="nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90a -x cu -I ffi benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc"
+L="-DMUSE_ATTN_TIMELINE -DMUSE_ATTN_TIMELINE_LEAN"
+$B -o /tmp/kb_tree & $B -DMUSE_ATTN_PP2_SWAP_SEGMENTS -o /tmp/kb_seg & $B -DMUSE_ATTN_PP2_SWAP_SMEM -o /tmp/kb_smem &
+$B $L -o /tmp/tl_tree & $B $L -DMUSE_ATTN_PP2_SWAP_SEGMENTS -o /tmp/tl_seg & $B $L -DMUSE_ATTN_PP2_SWAP_SMEM -o /tmp/tl_smem &
+wait
+short() { awk '/graph/ {printf "%s %s %s %s %s; ", $1, $2, $3, $5, $(NF-3)} END {print ""}'; }
+for r in 1 2 3; do
+  for v in tree seg smem; do
+    echo "== round $r $v plain: $(timeout 80 /tmp/kb_$v $CFG | short)"
+  done
+  for v in tree seg smem; do
+    echo "== round $r $v lean:  $(MUSE_KB_TL_CSV=$OUT/tl_${v}_run$r.csv timeout 80 /tmp/tl_$v $CFG | short)"
+  done
+done
+for v in tree seg smem; do
+  echo "== pair_ends $v (odd - even: $([ $v = seg ] && echo 'pair 0 - pair 1' || echo 'pair 1 - pair 0'))"
+  python3 benchmarks/experiments/pair_ends.py "$OUT"/tl_${v}_run*.csv
+done
+for v in seg smem; do
+  echo "== check $v: $(MUSE_KB_CHECK=1 timeout 120 /tmp/kb_$v $CFG | grep -c ': PASS') PASS lines, $(MUSE_KB_CHECK=1 timeout 120 /tmp/kb_$v $CFG | grep -c FAIL) FAIL"
+done
