@@ -28,5 +28,6 @@ for v in tree seg smem; do
   python3 benchmarks/experiments/pair_ends.py "$OUT"/tl_${v}_run*.csv
 done
 for v in seg smem; do
-  echo "== check $v: $(MUSE_KB_CHECK=1 timeout 120 /tmp/kb_$v $CFG | grep -c ': PASS') PASS lines, $(MUSE_KB_CHECK=1 timeout 120 /tmp/kb_$v $CFG | grep -c FAIL) FAIL"
+  MUSE_KB_CHECK=1 timeout 150 /tmp/kb_$v $CFG > "$OUT/check_$v.txt" 2>&1
+  echo "== check $v (rc $?): $(grep -c ': PASS' "$OUT/check_$v.txt") PASS lines, $(grep -c FAIL "$OUT/check_$v.txt") FAIL"
 done
