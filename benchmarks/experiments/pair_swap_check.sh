@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# The knobs are in ffi/ at 29f6332 only (removed after session 50's two calls): run it on that tree
+# (git worktree add /tmp/swap 29f6332). Results: benchmarks/results/h200_v50_pair_swap_check{,2}.txt.
 # Session 50: why does pair 1 (warps 8-15) of the two-pair kernel end its segment before pair 0
 # (session 49, pair_ends.py)? Three lean timeline builds (-DMUSE_ATTN_TIMELINE_LEAN): the tree;
 # the pairs' segments swapped (MUSE_ATTN_PP2_SWAP_SEGMENTS: pair 0 on 2x + 1); the pairs' shared

@@ -714,29 +714,11 @@ __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyPara
   grid_launch_dependents();
   SplitCta c = split_cta(p);
   const int pair = threadIdx.x / kPpThreads;
-#if defined(MUSE_ATTN_PP2_SWAP_SEGMENTS)  // diagnostic (session 50): pair 0 on 2x + 1, pair 1 on 2x
-  c.seg = 2 * static_cast<int>(blockIdx.x) + (pair ^ 1);
-#else
   c.seg = 2 * static_cast<int>(blockIdx.x) + pair;
-#endif
-#if defined(MUSE_ATTN_PP2_SWAP_SMEM)  // diagnostic (session 50): pair 0 in the upper half
-  char* const smem0 = pp_smem_aligned<D>() + pp_pair_bytes<D>();
-  char* const smem1 = pp_smem_aligned<D>();
-#else
-  char* const smem0 = pp_smem_aligned<D>();
-  char* const smem1 = pp_smem_aligned<D>() + pp_pair_bytes<D>();
-#endif
-#if defined(MUSE_ATTN_PP2_SWAP_BARRIERS)  // diagnostic (session 50): pair 0 on barriers 6-10
   if (pair == 0)
-    run_pp_pair<D, 6, true>(p, smem0, threadIdx.x, c);
+    run_pp_pair<D, 1, true>(p, pp_smem_aligned<D>(), threadIdx.x, c);
   else
-    run_pp_pair<D, 1, true>(p, smem1, threadIdx.x - kPpThreads, c);
-#else
-  if (pair == 0)
-    run_pp_pair<D, 1, true>(p, smem0, threadIdx.x, c);
-  else
-    run_pp_pair<D, 6, true>(p, smem1, threadIdx.x - kPpThreads, c);
-#endif
+    run_pp_pair<D, 6, true>(p, pp_smem_aligned<D>() + pp_pair_bytes<D>(), threadIdx.x - kPpThreads, c);
 #else
   // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
   // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
