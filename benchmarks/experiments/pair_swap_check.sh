@@ -7,7 +7,7 @@
 # memory halves swapped (MUSE_ATTN_PP2_SWAP_SMEM). pair_ends.py reports odd - even segments: the
 # segment's parity is the pair in the tree and the smem build, the other pair in the segment build.
 # Plain builds of the three too, timed alternating (do the knobs cost anything by themselves?).
-# VARIANTS="tree bar all" (call 2): the pairs' barrier ids and code copies swapped
+# VARIANTS="tree bar all" (session 50's device call 4; call 3 ran the default): the pairs' barrier ids and code copies swapped
 # (MUSE_ATTN_PP2_SWAP_BARRIERS: pair 0 runs run_pp_pair<D, 6>, pair 1 run_pp_pair<D, 1>); all three
 # swapped (warps 8-15 then do all that warps 0-7 did: what is left is the hardware warp slot).
 set -u -o pipefail
