@@ -46,10 +46,9 @@ __device__ __forceinline__ void timeline_stamp(uint64_t* buf, int base, int even
 // The slot = SM cycles since `since` (a clock64() value): the SM clock, against the ns.
 __device__ __forceinline__ void timeline_cycles(uint64_t* buf, int base, int event, uint64_t since,
                                                 int64_t cta, bool stamper) {
-#if defined(MUSE_ATTN_TIMELINE_LEAN)
-  return;
-#endif
+#if !defined(MUSE_ATTN_TIMELINE_LEAN)  // the lean build stamps no cycle spans
   if (stamper) *timeline_slot(buf, base, event, cta) = clock64() - since;
+#endif
 }
 // The CTA's SM (%smid) into slot 12 and `clock0` (its clock64() at the start) into slot 13, so that
 // the cycle stamps of two CTAs on one SM (one SM clock) can be compared with each other.
