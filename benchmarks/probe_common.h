@@ -1,5 +1,6 @@
-// What the standalone GPU probes (latency_probe.cu, pdl_probe.cu) share: a CUDA-call check that
-// ends main with 1, and the device's global timer. Each probe is still one nvcc command.
+// What the standalone GPU probes (latency_probe.cu, pdl_probe.cu, read_floor_probe.cu) share: a
+// CUDA-call check that ends main with 1, and the device's global timer. Each probe is still one
+// nvcc command.
 #ifndef MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_
 #define MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_
 

@@ -33,6 +33,9 @@
 #   latency    benchmarks/latency_probe.cu: one thread's dependent load / copy / atomic latencies
 #   pdlprobe   benchmarks/pdl_probe.cu: the first loads after a programmatic dependent launch's
 #              wait, against a plain launch's
+#   readfloor  benchmarks/read_floor_probe.cu: what a kernel that only reads a call's K/V bytes
+#              (alone, then with a dependent launch) takes at each config of the grid, beside a
+#              1 GiB copy (RF_ARGS: L R window ...; default: the whole grid)
 #   tp / tp8   scripts/tp_gpu_check.py on 2 / 8 GPUs (TP2 32/4 heads, TP8 128/16)
 # The device tool returns at most 8 files: every step's log is appended to $OUT/logs.txt when the
 # step ends (and its last lines printed), the bench writes $OUT/bench/NAME.{json,md,png}.
@@ -130,6 +133,11 @@ for s in "${steps[@]}"; do
       nvcc -O3 -arch=sm_90a -o /tmp/pdl_probe "$ROOT/benchmarks/pdl_probe.cu" \
         >"$LOGS/pdlprobe_build.log" 2>&1
       TAIL_LINES=10 run_step pdlprobe 60 /tmp/pdl_probe ;;
+    readfloor)  # benchmarks/read_floor_probe.cu: the read-only floor at each config
+      nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/read_floor "$ROOT/benchmarks/read_floor_probe.cu" \
+        >"$LOGS/readfloor_build.log" 2>&1
+      # shellcheck disable=SC2086
+      TAIL_LINES=30 run_step readfloor 240 /tmp/read_floor ${RF_ARGS:-} ;;
     kbab)  # base (.kb_base) against this tree, the kernels alone, alternating, two rounds
       if [[ ! -d "$ROOT/.kb_base/ffi" ]]; then
         echo "device_check: kbab needs $ROOT/.kb_base (see the header)" >&2

@@ -255,6 +255,15 @@ def test_latency_probe_builds(tmp_path):
     assert r.returncode == 0, r.stderr[-4000:]
 
 
+def test_read_floor_probe_builds(tmp_path):
+    _require_nvcc()
+    out = tmp_path / "rf"
+    r = subprocess.run([gcc.find_nvcc(), "-O1", "-std=c++17", "-arch=sm_90a", "-o", str(out),
+                        os.path.join(ROOT, "benchmarks", "read_floor_probe.cu")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
 def test_rocm_handler_builds(tmp_path, hip_chains):
     """The CMake project builds the ROCm handler (ffi/gpu/hip.cmake: CMake's HIP language) and
     the module registers it as "ROCM": with the distro clang-19 + Debian HIP toolchain of
