@@ -81,7 +81,7 @@ struct Timer {
   // Per call: a graph of n calls of f, launched n times back to back (after one launch to warm
   // up) between two events; best of 5 such rounds. As kernel_bench's graph figure (its time_loop
   // over cudaGraphLaunch): one graph launch per timing instead read 0.04-0.14 us a call slower
-  // at up to 33.6 MB (the launch's own cost spread over 20 calls instead of 400; NOTES.md
+  // at up to 33.6 MB (likely the launch's own cost spread over 20 calls instead of 400; NOTES.md
   // version 51).
   template <class F>
   float graph_us(F f, int n = 20) {
