@@ -131,16 +131,7 @@ cudaError_t writer_then(cudaStream_t st, int sms, uint32_t* buf, uint64_t* last,
   if (cudaError_t e = cudaMemsetAsync(last, 0, 8, st); e != cudaSuccess) return e;
   writer<<<2 * sms, 128, 0, st>>>(buf, last, 2000);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(sms);
-  cfg.blockDim = dim3(threads);
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = dependent ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
+  return launch_maybe_dependent(st, dim3(sms), dim3(threads), dependent, kernel, args...);
 }
 
 int main() {

@@ -1,6 +1,6 @@
 // What the standalone GPU probes (latency_probe.cu, pdl_probe.cu, read_floor_probe.cu) share: a
-// CUDA-call check that ends main with 1, and the device's global timer. Each probe is still one
-// nvcc command.
+// CUDA-call check that ends main with 1, the device's global timer, and a launch that is plain or
+// a programmatic dependent of the stream's previous kernel. Each probe is still one nvcc command.
 #ifndef MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_
 #define MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_
 
@@ -23,6 +23,24 @@ __device__ __forceinline__ uint64_t gtimer() {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
+}
+
+// kernel<<<grid, threads, 0, st>>>(args...), as a programmatic dependent launch of the kernel
+// before it on st where `dependent` (its griddepcontrol.wait then waits for that kernel), plainly
+// otherwise.
+template <typename Kernel, typename... Args>
+cudaError_t launch_maybe_dependent(cudaStream_t st, dim3 grid, dim3 threads, bool dependent, Kernel kernel,
+                                   Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = threads;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = dependent ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
 #endif  // MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_

@@ -141,24 +141,17 @@ int run(Timer& tm, int sms, double copy_gbps, int L, int R, int window) {
       };
       const float t = tm.graph_us([&] { read(0); });
       if (t > 0 && t < plain.us) plain = {t, ctas, u};
-      const float td = tm.graph_us([&] {
-        read(0);
-        dependent<<<R * kHkv, 32, 0, tm.st>>>(sink, out, 0);
-      });
+      // The read, then the dependent kernel plainly or as its programmatic dependent.
+      auto read_then_dependent = [&](int programmatic) {
+        return tm.graph_us([&] {
+          read(programmatic);
+          launch_maybe_dependent(tm.st, dim3(R * kHkv), dim3(32), programmatic != 0, dependent,
+                                 (const int*)sink, out, programmatic);
+        });
+      };
+      const float td = read_then_dependent(0);
       if (td > 0 && td < dep.us) dep = {td, ctas, u};
-      const float tp = tm.graph_us([&] {
-        read(1);
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(R * kHkv);
-        cfg.blockDim = dim3(32);
-        cfg.stream = tm.st;
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr.val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        cudaLaunchKernelEx(&cfg, dependent, (const int*)sink, out, 1);
-      });
+      const float tp = read_then_dependent(1);
       if (tp > 0 && tp < pdl.us) pdl = {tp, ctas, u};
     }
   }
