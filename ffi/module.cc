@@ -1,13 +1,16 @@
-// The Python extension module: registrations() maps an XLA platform name to the capsule of the
-// handler built for it. jax_muse_attn/_ffi.py registers each under one target name.
-// clock_registrations(): the same for the benchmarks' device clock (jax_muse_attn_device_clock).
-// gpu_launch_plan(): the GPU handler's launch plan; cuda_architectures: what the CUDA code was
-// built for.
+// The Python extension module (nanobind), as jax_muse_attn/_ffi.py uses it:
+//   registrations()        XLA platform name -> capsule of the verify-attention handler built for it
+//   clock_registrations()  the same for the benchmarks' device clock (jax_muse_attn_device_clock)
+//   launch_plan(...)       the launch plan of a call on a described device (gpu/launch_plan.h)
+//   gpu_device(ordinal)    the description of a GPU, from its runtime (builds with a GPU handler)
+//   cuda_architectures     what the CUDA code was built for (CMake builds with the CUDA handler)
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
-#include <stdexcept>
+#include <string>
 
-#include "gpu/launch_plan_query.h"
+#include "gpu/device_query.h"
+#include "gpu/launch_plan.h"
 #include "handlers.h"
 
 namespace nb = nanobind;
@@ -24,6 +27,7 @@ nb::capsule encapsulate_handler(T* fn) {
 }  // namespace
 
 NB_MODULE(_muse_attn, m) {
+  using namespace muse_attn::gpu;
   m.doc() = "XLA FFI handlers of jax_muse_attn (verify attention over a paged KV cache)";
   m.def("registrations", []() {
     nb::dict d;
@@ -36,42 +40,6 @@ NB_MODULE(_muse_attn, m) {
 #endif
     return d;
   });
-#if defined(MUSE_ATTN_WITH_CUDA) || defined(MUSE_ATTN_WITH_HIP)
-  // The GPU handler's launch plan for a call of these static sizes on the current device
-  // (gpu/launch_plan_query.cc); Python: jax_muse_attn.launch_plan.
-  m.def(
-      "gpu_launch_plan",
-      [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
-         int window, int num_splits) {
-        const int sizes[kMuseNumSizes] = {head_dim,     tokens, num_q_heads, num_kv_heads,
-                                          num_requests, pages,  window,      num_splits};
-        int plan[kMuseNumPlanFields] = {};
-#if defined(MUSE_ATTN_WITH_CUDA)
-        const int rc = MuseLaunchPlanCuda(sizes, plan);
-#else
-        const int rc = MuseLaunchPlanRocm(sizes, plan);
-#endif
-        if (rc != 0) throw nb::value_error("gpu_launch_plan: sizes the GPU handler would refuse");
-        static const char* const kSplitKernels[] = {"per_tile", "two_tile", "pingpong",
-                                                    "pingpong_two_pairs"};
-        const int kernel = plan[kMuseSplitKernel];
-        if (kernel < 0 || kernel > 3) throw std::runtime_error("gpu_launch_plan: unknown split kernel");
-        nb::dict d;
-        d["split_kernel"] = kSplitKernels[kernel];
-        d["merge_warps"] = plan[kMuseMergeWarps];
-        d["merge_pdl"] = plan[kMuseMergePdl] != 0;
-        d["merge_by_lane"] = plan[kMuseMergeByLane] != 0;
-        d["split_fill_ring"] = plan[kMuseSplitFillRing] != 0;
-        return d;
-      },
-      nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),
-      nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("num_splits"));
-#endif
-#if defined(MUSE_ATTN_CUDA_ARCHITECTURES)
-  // CMake's CUDA architectures of this build, comma-separated (gpu/cuda.cmake); absent from
-  // builds that do not say (Bazel's).
-  m.attr("cuda_architectures") = MUSE_ATTN_CUDA_ARCHITECTURES;
-#endif
   m.def("clock_registrations", []() {
     nb::dict d;
     d["cpu"] = encapsulate_handler(MuseDeviceClockCpu);
@@ -83,4 +51,69 @@ NB_MODULE(_muse_attn, m) {
 #endif
     return d;
   });
+  m.def(
+      "launch_plan",
+      [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
+         int window, const std::string& vendor, int multiprocessors, int compute_major,
+         int warp_size, bool merge_can_wait, bool has_two_pairs, int num_splits,
+         const std::string& overrides) {
+        const CallShape shape{head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window};
+        Device device;
+        if (vendor == "cpu") device.vendor = Vendor::kCpu;
+        else if (vendor == "nvidia") device.vendor = Vendor::kNvidia;
+        else if (vendor == "amd") device.vendor = Vendor::kAmd;
+        else throw nb::value_error(("launch_plan: vendor must be cpu, nvidia or amd, got " + vendor).c_str());
+        device.multiprocessors = multiprocessors;
+        device.compute_major = compute_major;
+        device.warp_size = warp_size;
+        device.merge_can_wait = merge_can_wait;
+        device.has_two_pairs = has_two_pairs;
+        Overrides o;
+        if (std::string err = parse_overrides(overrides, &o); !err.empty())
+          throw nb::value_error(("MUSE_ATTN_LAUNCH: " + err).c_str());
+        Plan plan;
+        if (std::string err = plan_launch(shape, device, num_splits, o, &plan); !err.empty())
+          throw nb::value_error(("launch_plan: " + err).c_str());
+        nb::dict d;
+        d["num_splits"] = plan.num_splits;
+        d["split_kernel"] = kSplitKernelNames[static_cast<int>(plan.split_kernel)];
+        d["merge_warps"] = plan.merge_warps;
+        d["merge_pdl"] = plan.merge_pdl;
+        d["merge_by_lane"] = plan.merge_by_lane;
+        return d;
+      },
+      nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),
+      nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("vendor"),
+      nb::arg("multiprocessors"), nb::arg("compute_major"), nb::arg("warp_size"),
+      nb::arg("merge_can_wait"), nb::arg("has_two_pairs"), nb::arg("num_splits"),
+      nb::arg("overrides"));
+#if defined(MUSE_ATTN_WITH_CUDA) || defined(MUSE_ATTN_WITH_HIP)
+  m.def(
+      "gpu_device",
+      [](int ordinal) {
+        int f[kMuseNumDeviceFields] = {};
+#if defined(MUSE_ATTN_WITH_CUDA)
+        const int rc = MuseDescribeGpuCuda(ordinal, f);
+        const char* vendor = "nvidia";
+#else
+        const int rc = MuseDescribeGpuRocm(ordinal, f);
+        const char* vendor = "amd";
+#endif
+        if (rc != 0) throw nb::value_error(("gpu_device: the GPU runtime cannot describe device " +
+                                            std::to_string(ordinal)).c_str());
+        nb::dict d;
+        d["vendor"] = vendor;
+        d["multiprocessors"] = f[kMuseDeviceMultiprocessors];
+        d["compute_major"] = f[kMuseDeviceComputeMajor];
+        d["warp_size"] = f[kMuseDeviceWarpSize];
+        d["merge_can_wait"] = f[kMuseDeviceMergeCanWait] != 0;
+        d["has_two_pairs"] = f[kMuseDeviceHasTwoPairs] != 0;
+        return d;
+      },
+      nb::arg("ordinal"));
+#endif
+#if defined(MUSE_ATTN_CUDA_ARCHITECTURES)
+  // CMake's CUDA architectures of this build, comma-separated (gpu/cuda.cmake).
+  m.attr("cuda_architectures") = MUSE_ATTN_CUDA_ARCHITECTURES;
+#endif
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import re
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -53,66 +53,37 @@ def has_handler(platform: str) -> bool:
     return platform in REGISTERED
 
 
-def gpu_launch_plan(shapes, num_splits: int) -> dict:
-    """The GPU handler's launch plan (ffi/gpu/launch_plan.h) for a call of these static shapes on
-    the current device: {"split_kernel": "per_tile" | "two_tile" | "pingpong" | "pingpong_two_pairs", "merge_warps",
-    "merge_pdl", "merge_by_lane", "split_fill_ring"}. RuntimeError where this build has no GPU
-    handler."""
-    fn = getattr(_MODULE, "gpu_launch_plan", None)
-    if fn is None:
-        raise RuntimeError("jax_muse_attn: this build has no GPU launch-plan query (no GPU handler, "
-                           f"or an extension built before it: rebuild; handlers: {sorted(REGISTERED)})")
-    return dict(fn(shapes.head_dim, shapes.tokens, shapes.num_q_heads, shapes.num_kv_heads,
-                   shapes.num_requests, shapes.pages, shapes.window, int(num_splits)))
+@functools.lru_cache(maxsize=None)
+def _gpu_device(ordinal: int) -> tuple:
+    if _MODULE is None or not hasattr(_MODULE, "gpu_device"):
+        raise RuntimeError("jax_muse_attn: this build has no GPU handler to describe the device "
+                           f"(handlers: {sorted(REGISTERED)})")
+    return tuple(sorted(_MODULE.gpu_device(ordinal).items()))
 
 
-# CMake's default (ffi/gpu/cuda.cmake), assumed for a build that does not say (Bazel's).
-_DEFAULT_CUDA_ARCHITECTURES = ("90a-real", "90-virtual")
+def device_description(platform: str) -> dict:
+    """What the launch plan needs of JAX's default device (ffi/gpu/launch_plan.h Device): vendor,
+    multiprocessors, compute_major, warp_size, merge_can_wait, has_two_pairs."""
+    if platform == "cpu":
+        return dict(vendor="cpu", multiprocessors=0, compute_major=0, warp_size=1,
+                    merge_can_wait=False, has_two_pairs=False)
+    device = jax.devices()[0]
+    ordinal = getattr(device, "local_hardware_id", None)
+    return dict(_gpu_device(int(ordinal if ordinal is not None else device.id)))
 
 
-def cuda_architectures() -> tuple[str, ...]:
-    """The CUDA architectures this build's kernels were compiled for, as CMake names them (e.g.
-    ("90a-real", "90-virtual"), the default); () where the build has no CUDA handler; the default
-    where the build does not record them."""
-    if "CUDA" not in REGISTERED:
-        return ()
-    archs = getattr(_MODULE, "cuda_architectures", None)
-    return tuple(a for a in archs.split(",") if a) if archs else _DEFAULT_CUDA_ARCHITECTURES
-
-
-def sm90a_code() -> bool:
-    """Whether the default device runs this build's sm_90a code (the warpgroup MMA and the
-    ping-pong kernel as two pairs a CTA, which exist only there): an sm_90 GPU (H100 / H200) and
-    90a among the CUDA architectures. An sm_90-only build runs the other kernels there."""
-    return (current_platform() == "CUDA" and compute_capability_major() == 9
-            and any(a.split("-")[0] == "90a" for a in cuda_architectures()))
-
-
-def multiprocessor_count(default: int = 132) -> int:
-    """SMs (NVIDIA) or CUs (AMD) of the default device, for the split count."""
-    try:
-        return int(getattr(jax.devices()[0], "core_count", default) or default)
-    except Exception:  # pragma: no cover
-        return default
-
-
-# sm_90 GPUs by name, where a JAX build's device has no compute_capability attribute.
-_SM90_KINDS = re.compile(r"\b(GH200|H100|H200|H800|H20)\b")
-
-
-def compute_capability_major() -> int:
-    """Compute capability major of the default device (NVIDIA: its compute_capability, e.g. "9.0",
-    else 9 for an sm_90 GPU's name); 0 elsewhere (AMD, CPU) or when it cannot be told."""
-    try:
-        if current_platform() != "CUDA":
-            return 0
-        device = jax.devices()[0]
-        cc = getattr(device, "compute_capability", None)
-        if cc:
-            return int(str(cc).split(".")[0])
-        return 9 if _SM90_KINDS.search(str(getattr(device, "device_kind", ""))) else 0
-    except Exception:  # pragma: no cover
-        return 0
+def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: dict | None = None) -> dict:
+    """The launch plan (ffi/gpu/launch_plan.h) of a call of these static shapes: on JAX's default
+    device, or on `device` (a device_description()-like dict). num_splits 0: the default count.
+    ValueError for overrides or sizes that cannot apply."""
+    if _MODULE is None:
+        raise RuntimeError(f"jax_muse_attn: the extension is missing ({IMPORT_ERROR})")
+    d = device if device is not None else device_description(platform)
+    return dict(_MODULE.launch_plan(
+        shapes.head_dim, shapes.tokens, shapes.num_q_heads, shapes.num_kv_heads,
+        shapes.num_requests, shapes.pages, shapes.window, d["vendor"], d["multiprocessors"],
+        d["compute_major"], d["warp_size"], d["merge_can_wait"], d["has_two_pairs"],
+        int(num_splits), overrides))
 
 
 def device_clock(after):
@@ -152,23 +123,32 @@ def clock_ns(clock) -> int:
     return (hi << 32) | lo
 
 
-def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, num_splits: int,
+# The launch plan's split kernels in the handlers' numbering (gpu::SplitKernel).
+SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs")
+
+
+def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, plan: dict,
          num_reqs_static: int = -1):
     """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape.
-    num_reqs_static: the value of num_reqs when known at trace time (in [0, R]; the kernels then do
-    not read the num_reqs operand), or -1."""
+    plan: launch_plan()'s dict. num_reqs_static: the value of num_reqs when known at trace time
+    (in [0, R]; the kernels then do not read the num_reqs operand), or -1."""
     s = shapes
+    splits = plan["num_splits"]
     out_types = (
         jax.ShapeDtypeStruct(q3.shape, jnp.bfloat16),
-        jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, s.head_dim), jnp.bfloat16),  # partial o
-        jax.ShapeDtypeStruct((s.groups, num_splits, s.rows, 2), jnp.float32),  # partial (m, l)
+        jax.ShapeDtypeStruct((s.groups, splits, s.rows, s.head_dim), jnp.bfloat16),  # partial o
+        jax.ShapeDtypeStruct((s.groups, splits, s.rows, 2), jnp.float32),  # partial (m, l)
     )
     out, _, _ = jax.ffi.ffi_call(TARGET_NAME, out_types, vmap_method="sequential")(
         q3, kv_cache, block_table, seq_lens, num_reqs,
         scale=np.float32(scale),
         window=np.int32(s.window),
         tokens_per_request=np.int32(s.tokens),
-        num_splits=np.int32(num_splits),
+        num_splits=np.int32(splits),
         num_reqs_static=np.int32(num_reqs_static),
+        split_kernel=np.int32(SPLIT_KERNELS.index(plan["split_kernel"])),
+        merge_warps=np.int32(plan["merge_warps"]),
+        merge_pdl=np.int32(plan["merge_pdl"]),
+        merge_by_lane=np.int32(plan["merge_by_lane"]),
     )
     return out

@@ -134,19 +134,21 @@ check("tp8_num_splits3_ffi")(functools.partial(tp_check, "ffi", 8, 128, 16, None
 @check("default_splits_from_local_shapes")
 def _():
     seen = []
-    orig = attention._default_num_splits
+    orig = attention._ffi.launch_plan
 
-    def spy(shapes, platform):
+    def spy(shapes, platform, num_splits, overrides, device=None):
         seen.append((shapes.num_q_heads, shapes.num_kv_heads))
-        return orig(shapes, platform)
+        return orig(shapes, platform, num_splits, overrides, device)
 
-    attention._default_num_splits = spy
+    attention._ffi.launch_plan = spy
     attention._ffi_jit.clear_cache()  # earlier checks may have compiled these shapes already
     try:
         q, kv, bt, sl = case(2, 128, 16)
         shapes = jax_muse_attn._validate.check_inputs(q, kv, bt, sl, scale=0.125, window=None,
                                                       tokens_per_request=NQ)
-        fn = functools.partial(attention._ffi_jit, shapes=shapes, scale=0.125, num_splits=None)
+        fn = functools.partial(attention._ffi_jit, shapes=shapes, scale=0.125, num_splits=None,
+                               num_reqs_static=-1, platform=attention._ffi.current_platform(),
+                               overrides="")
         specs = sharding.tp_specs()
         args = (q, kv, bt, sl, jnp.int32(2))
         ref = fn(*args)
@@ -154,7 +156,7 @@ def _():
                                                    specs.seq_lens, specs.num_reqs))
         bitwise(out, ref)
     finally:
-        attention._default_num_splits = orig
+        attention._ffi.launch_plan = orig
     assert (128, 16) in seen and (16, 2) in seen, seen
     return str(sorted(set(seen)))
 

@@ -2,7 +2,6 @@
 (num_splits), agreement with the reference, `auto` dispatch, and num_reqs under jit."""
 
 import dataclasses
-import re
 
 import jax
 import jax.numpy as jnp
@@ -21,30 +20,23 @@ def test_handler_registered_for_this_platform():
     assert _ffi.current_platform() in jax_muse_attn.registered_platforms()
 
 
-def test_cuda_architectures_of_this_build():
-    # A CMake build with the CUDA handler records the architectures it compiled (gpu/cuda.cmake);
-    # the GPU tests ask sm90a_code() whether the two-pair ping-pong kernel can run.
-    archs = _ffi.cuda_architectures()
-    if "CUDA" not in _ffi.REGISTERED:
-        assert archs == () and not _ffi.sm90a_code(), archs
+def test_device_description_of_this_platform():
+    """What the launch plan is told of the default device: the CPU, or the GPU's runtime."""
+    platform = _ffi.current_platform()
+    d = _ffi.device_description(platform)
+    if platform == "cpu":
+        assert d["vendor"] == "cpu"
         return
-    assert getattr(_ffi._MODULE, "cuda_architectures", ""), "the CMake build records them"
-    assert all(re.fullmatch(r"\d+[af]?(-real|-virtual)?|native|all|all-major", a) for a in archs), archs
-
-
-@pytest.mark.parametrize("platform, major, archs, want", [
-    ("CUDA", 9, ("90a-real", "90-virtual"), True),
-    ("CUDA", 9, ("90a",), True),
-    ("CUDA", 9, ("90-real", "90-virtual"), False),  # sm_90 only: no warpgroup MMA, one pair a CTA
-    ("CUDA", 10, ("90a-real", "90-virtual"), False),  # sm_90a code runs on sm_90 only
-    ("CUDA", 9, (), False),
-    ("ROCM", 0, ("90a-real",), False),
-])
-def test_sm90a_code(monkeypatch, platform, major, archs, want):
-    monkeypatch.setattr(_ffi, "current_platform", lambda: platform)
-    monkeypatch.setattr(_ffi, "compute_capability_major", lambda: major)
-    monkeypatch.setattr(_ffi, "cuda_architectures", lambda: archs)
-    assert _ffi.sm90a_code() is want
+    assert d["vendor"] == ("nvidia" if platform == "CUDA" else "amd"), d
+    assert d["multiprocessors"] == jax.devices()[0].core_count, d
+    assert d["warp_size"] == (32 if platform == "CUDA" else 64), d
+    if platform == "CUDA":
+        cc = getattr(jax.devices()[0], "compute_capability", None)
+        if cc:
+            assert d["compute_major"] == int(str(cc).split(".")[0]), d
+        # the two-pair kernel is sm_90a code: in the default build, on sm_90 GPUs only
+        archs = getattr(_ffi._MODULE, "cuda_architectures", "")
+        assert d["has_two_pairs"] == (d["compute_major"] == 9 and "90a" in archs), (d, archs)
 
 
 # 1 / 12 / 24 / 64 splits: the GPU merge's 1 / 2 / 4 / 8 lanes a row-quad.
@@ -131,7 +123,7 @@ def test_default_num_splits_is_valid():
 
     s = _validate.Shapes(num_requests=4, tokens=8, num_q_heads=16, num_kv_heads=2, head_dim=64,
                          num_blocks=100, pages=8192, window=0, q_rank=3)
-    n = attention._default_num_splits(s, _ffi.current_platform())
+    n = _ffi.launch_plan(s, _ffi.current_platform(), 0, "")["num_splits"]
     assert 1 <= n <= s.max_tiles
     sds = jax.ShapeDtypeStruct  # the public form: the same count from shapes alone
     assert jax_muse_attn.default_num_splits(
@@ -214,8 +206,9 @@ def _direct_call(c, num_reqs_operand, num_reqs_static, num_splits=3):
     shapes = jax_muse_attn._validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=None,
                                                   tokens_per_request=c.NQ)
     q3 = c.q.reshape(c.q.shape[0], shapes.num_q_heads, shapes.head_dim)
+    plan = _ffi.launch_plan(shapes, _ffi.current_platform(), num_splits, "")
     return jax.jit(lambda q3, kv, bt, sl, n: _ffi.call(
-        q3, kv, bt, sl, n, shapes=shapes, scale=c.scale, num_splits=num_splits,
+        q3, kv, bt, sl, n, shapes=shapes, scale=c.scale, plan=plan,
         num_reqs_static=num_reqs_static))(q3, c.kv, c.bt, c.sl, jnp.int32(num_reqs_operand))
 
 

@@ -178,44 +178,51 @@ def test_merge_rows_past_the_group(D, Hq, Hkv, NQ, window):
         assert np.isfinite(o).all(), what
         assert not o[5 * NQ:].any(), f"padding rows not zero: {what}"
         np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
-    # both of the merge's ways ran (only the forced one where MUSE_ATTN_MERGE_BY_LANE forces it)
+    # both of the merge's ways ran (only the forced one where MUSE_ATTN_LAUNCH forces it)
     if BACKEND == "ffi":
-        forced = os.environ.get("MUSE_ATTN_MERGE_BY_LANE")
-        assert by_lane == ({forced == "1"} if forced in ("0", "1") else {True, False}), by_lane
+        forced = _forced("merge_by_lane")
+        assert by_lane == ({forced == "1"} if forced else {True, False}), by_lane
+
+
+def _forced(key):
+    """The value MUSE_ATTN_LAUNCH forces for key (test_gpu_launch_modes.py sets it), or None."""
+    for item in os.environ.get("MUSE_ATTN_LAUNCH", "").split(","):
+        k, _, v = item.partition("=")
+        if k == key:
+            return v
+    return None
+
+
+def _split_kernel_here(default_on_sm90):
+    """The split kernel the launch plan picks for these few-CTA cases at D = 64: the forced one
+    (where it runs here), else default_on_sm90 on an sm_90 GPU and per_tile elsewhere."""
+    from jax_muse_attn import _ffi
+    d = _ffi.device_description(_ffi.current_platform())
+    forced = _forced("split_kernel")
+    if forced == "pingpong_two_pairs" and not d["has_two_pairs"]:
+        forced = "pingpong"
+    if forced in ("fill_ring", "pingpong", "pingpong_two_pairs") and d["vendor"] != "nvidia":
+        forced = None
+    if forced:
+        return forced
+    return default_on_sm90 if d["vendor"] == "nvidia" and d["compute_major"] == 9 else "per_tile"
 
 
 # Segments of exactly two tiles (the split kernel takes them as one 128-key step on sm_90a):
 # every kind of boundary in either tile -- the causal edge of the new tokens, the window's lower
 # edge, a last tile that is partly past seq_len, absent pages (out-of-range ids) -- and segments
 # of one tile beside them (a request's last), against the float64 oracle, bitwise repeatable.
-# (Every case has at most 2 tiles a segment and few CTAs, so the launch plan picks that kernel:
-# asked of jax_muse_attn.launch_plan.)
-def _two_tile_kernel():
-    """The split kernel the launch plan picks for few CTAs with segments of at most 2 tiles (D =
-    64): as MUSE_ATTN_PAIRS / MUSE_ATTN_PINGPONG force it, else two-tile steps on sm_90 only
-    (NVIDIA; on AMD the one split kernel)."""
-    from jax_muse_attn import _ffi
-    if _ffi.current_platform() != "CUDA":  # AMD: one split kernel
-        return "per_tile"
-    if os.environ.get("MUSE_ATTN_PINGPONG") == "1":  # two pairs a CTA only where forced here
-        forced_pairs = os.environ.get("MUSE_ATTN_PP_TWO_PAIRS") == "1"
-        return "pingpong_two_pairs" if forced_pairs and _ffi.sm90a_code() else "pingpong"
-    forced = os.environ.get("MUSE_ATTN_PAIRS")
-    if forced in ("0", "1"):
-        return "two_tile" if forced == "1" else "per_tile"
-    return "two_tile" if _ffi.compute_capability_major() == 9 else "per_tile"
-
-
-def _check_split_variant_case(c, window, splits, what, plan_field, expected):
+# (Every case has at most 2 tiles a segment and few CTAs, so the launch plan picks that kernel.)
+def _check_split_variant_case(c, window, splits, what, expected):
     """c at `splits` segments a group against the float64 oracle, bitwise repeatable; on the FFI
-    backend first asserts that the launch plan's plan_field is expected() (the split kernel
-    variant these cases are for; forced both ways in test_gpu_launch_modes.py)."""
+    backend first asserts that the launch plan's split kernel is expected() (the variant these
+    cases are for; forced both ways in test_gpu_launch_modes.py)."""
     ref = c.oracle()
     kw = {"num_splits": splits} if BACKEND == "ffi" else {}
     if BACKEND == "ffi":
         plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=splits,
                                          tokens_per_request=c.NQ)
-        assert plan[plan_field] == expected(), plan
+        assert plan["split_kernel"] == expected(), plan
     out = c.run(BACKEND, **kw)
     assert_close(out, ref, q_shape=c.q.shape, what=what)
     np.testing.assert_array_equal(bits(c.run(BACKEND, **kw)), bits(out))
@@ -228,7 +235,7 @@ def test_two_tile_segments(window, splits):
     lens = [257, 300, 320, 383, 384, 385, 449, 512, 200, 140, 9]
     c = make_case(rng, len(lens), lens, P=32, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
     _check_split_variant_case(c, window, splits, f"window={window} splits={splits}",
-                              "split_kernel", _two_tile_kernel)
+                              lambda: _split_kernel_here("two_tile"))
 
 
 # Segments of exactly four tiles (D = 64: as many as the split kernel's stages; where the merge's
@@ -236,21 +243,6 @@ def test_two_tile_segments(window, splits):
 # copies in its prologue, and a request's last, shorter segment beside them takes the loop's
 # refills): the causal edge, a window's lower edge, a last tile partly past seq_len, absent pages,
 # against the float64 oracle, bitwise repeatable.
-def _fill_ring_kernel() -> bool:
-    """Whether the launch plan issues a 4-tile segment's copies all in the prologue here: as
-    MUSE_ATTN_FILL_RING / MUSE_ATTN_PINGPONG / MUSE_ATTN_PAIRS force it, else on sm_90 only
-    (NVIDIA; few CTAs here, so the merge fits beside the split CTAs)."""
-    from jax_muse_attn import _ffi
-    if _ffi.current_platform() != "CUDA":  # AMD: one split kernel
-        return False
-    if "1" in (os.environ.get("MUSE_ATTN_PINGPONG"), os.environ.get("MUSE_ATTN_PAIRS")):
-        return False
-    forced = os.environ.get("MUSE_ATTN_FILL_RING")
-    if forced in ("0", "1"):
-        return forced == "1"
-    return _ffi.compute_capability_major() == 9
-
-
 @pytest.mark.parametrize("window,splits,P", [(None, 4, 64), (None, 2, 32), (130, 1, 64), (180, 1, 64)],
                          ids=["full-4", "full-2", "swa130-1", "swa180-1"])
 def test_four_tile_segments(window, splits, P):
@@ -260,7 +252,7 @@ def test_four_tile_segments(window, splits, P):
             250, 9]
     c = make_case(rng, len(lens), lens, P=P, window=window, bad_live=0.15, num_reqs=len(lens) - 1)
     _check_split_variant_case(c, window, splits, f"window={window} splits={splits} P={P}",
-                              "split_fill_ring", _fill_ring_kernel)
+                              lambda: _split_kernel_here("fill_ring"))
 
 
 # The running max that jumps from tile to tile (the split kernel keeps a row's old max while a

@@ -67,7 +67,7 @@ def test_tp_gpu_check_script_cpu_dry_run():
     """scripts/tp_gpu_check.py (the TP check run on the GPU machines) on 4 CPU host devices:
     the script itself stays runnable, and its checks (bitwise vs unsharded, no collectives, local
     head counts) pass."""
-    script = os.path.join(HERE, "..", "scripts", "tp_gpu_check.py")
+    script = os.path.join(HERE, "..", "tools", "tp_gpu_check.py")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     proc = subprocess.run([sys.executable, script, "--tp", "4", "--cpu-dry-run"], env=env, cwd=HERE,
                           capture_output=True, text=True, timeout=600)

@@ -174,7 +174,9 @@ ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, H
                                 ffi::ResultBufferR4<ffi::BF16> part_o,  // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
-                                int32_t num_splits, int32_t num_reqs_static) {
+                                int32_t num_splits, int32_t num_reqs_static,
+                                int32_t /*split_kernel*/, int32_t /*merge_warps*/,
+                                int32_t /*merge_pdl*/, int32_t /*merge_by_lane*/) {
   Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
                               seq_lens.dimensions(), part_o->dimensions(),

@@ -12,7 +12,7 @@ if(NOT MUSE_ATTN_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD 17)
     set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
     file(GLOB MUSE_ATTN_GPU_KERNELS CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/gpu/*.cu.cc")
-    set(MUSE_ATTN_GPU_SOURCES ${MUSE_ATTN_GPU_KERNELS} gpu/verify_attention_gpu.cc gpu/launch_plan_query.cc
+    set(MUSE_ATTN_GPU_SOURCES ${MUSE_ATTN_GPU_KERNELS} gpu/verify_attention_gpu.cc gpu/device_query.cc
         gpu/device_clock_gpu.cc)
     if(MUSE_ATTN_GPU_KERNELS)
       set_source_files_properties(${MUSE_ATTN_GPU_SOURCES} PROPERTIES LANGUAGE CUDA)

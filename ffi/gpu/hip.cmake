@@ -18,7 +18,7 @@ if(NOT MUSE_ATTN_HIP STREQUAL "OFF")
     enable_language(HIP)
     set(CMAKE_HIP_STANDARD 17)
     file(GLOB MUSE_ATTN_HIP_KERNELS CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/gpu/*.cu.cc")
-    set(MUSE_ATTN_HIP_SOURCES ${MUSE_ATTN_HIP_KERNELS} gpu/verify_attention_gpu.cc gpu/launch_plan_query.cc
+    set(MUSE_ATTN_HIP_SOURCES ${MUSE_ATTN_HIP_KERNELS} gpu/verify_attention_gpu.cc gpu/device_query.cc
         gpu/device_clock_gpu.cc)
     set_source_files_properties(${MUSE_ATTN_HIP_SOURCES} PROPERTIES LANGUAGE HIP)
     add_library(muse_attn_hip OBJECT ${MUSE_ATTN_HIP_SOURCES})

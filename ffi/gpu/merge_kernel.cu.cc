@@ -1,34 +1,25 @@
-// The merge: for each output row of each (request, KV head) group, combine the group's
-// segment partials (m, l, o) with the max trick, divide by l and write bf16.
+// The merge: for each output row of each (request, KV head) group, combine the group's segment
+// partials (m, l, o) with the max trick, divide by l and write bf16.
 //
-// A row is W warps (1 to 8, a power of 2 chosen on the host from the static split count, rows and
-// SM count: launch_plan.h merge_warps_for). Warp w folds segments w, w + W, ...: its
-// lanes hold consecutive positions of the row (D / warp-size bf16 each; which columns they are:
-// partial_o_order.h), so every segment's o row is one coalesced read. A segment's (m, l) is read
-// and weighed either by one lane, the weight reaching the other lanes by a shuffle
-// (fold_by_lane), or by every lane (fold_every_lane): the launch plan picks (launch_plan.h
-// merge_weights_by_lane). A batch of segments' loads is issued
-// before any of them is folded, and a batch is folded with one rescale (the batch's max first).
-// The W warps' states then meet in shared memory and the row's first warp writes it. Rows that
-// saw no key (padding requests, qpos < 0, absent blocks) are written as exact zeros, so the
-// whole output is defined: their segments weigh 0, and the split stores an empty segment's o as
-// its zero accumulator (fold_one_batch multiplies it by 0, where the chunked loops skip it).
+// A row is W warps (1 to 8, a power of 2, from the launch plan). Warp w folds segments w, w + W,
+// ...: its lanes hold consecutive positions of the row (D / warp-size bf16 each; which columns
+// they are: partial_o_order.h), so every segment's o row is one coalesced read. A segment's
+// (m, l) is read and weighed either by one lane, the weight reaching the other lanes by a shuffle
+// (fold_by_lane), or by every lane (fold_every_lane), as the plan says. A batch of segments'
+// loads is issued before any of them is folded, and a batch is folded with one rescale (the
+// batch's max first). The W warps' states then meet in shared memory and the row's first warp
+// writes it. Rows that saw no key (padding requests, qpos < 0, absent blocks) are written as
+// exact zeros: their segments weigh 0, and the split stores an empty segment's o as its zero
+// accumulator.
 //
-// (Until version 10 a row's d-quads were the unit, with 1-32 lanes of one warp sharing a quad's
-// segments: each lane's 16-byte reads hit a different segment, half of every 32-byte sector
-// unused, and every quad read its row's (m, l) again; at 132 segments the merge took ~4.5 us,
-// benchmarks/NOTES.md.)
-//
-// On NVIDIA sm_90+, where the split grid has at most 2 CTAs an SM (launch_plan.h;
-// MUSE_ATTN_PDL=0 / 1 forces), it is launched as a programmatic dependent of the split kernel
-// (vendor.h): it reads the request geometry while the split kernel finishes, then waits for it
-// before reading the partials.
+// As a programmatic dependent launch of the split kernel (NVIDIA sm_90+, where the plan says), it
+// reads the request geometry while the split kernel finishes, then waits for it before reading
+// the partials.
 #include <cstdint>
 
 #include "gpu/kernels.h"
 #include "gpu/launch_plan.h"
 #include "gpu/partial_o_order.h"
-#include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
 #include "muse_attn/partials.h"
@@ -38,26 +29,18 @@ namespace muse_attn::gpu {
 namespace {
 
 // Warps a row: at most 8 (kMergeMaxWarps), so that on NVIDIA a CTA is 256 threads and, launched
-// early as a programmatic dependent, fits an SM beside two split CTAs (16 warps of 512-thread
-// CTAs could not, and made full 32k R = 1 1 us slower). On AMD (64-lane waves) 8 warps are 512
-// threads. Segments a warp loads at a time: kMergeBatch (its share of each o row: 1 register a
-// segment at D = 64 on NVIDIA, 2 at D = 128; one (m, l) a lane). Where a warp has at most that
-// many (fold_by_lane's one batch) the slots past its segments are predicated off; in the loops
-// past it (and in fold_every_lane) they are chunks of 4 skipped whole.
-//
-// The two ways a warp weighs its segments (benchmarks/NOTES.md versions 18 and 19): by one lane a
-// segment takes ~200 instructions a warp after the PDL wait at 8 segments, against ~480 by every
-// lane. On an H200, kernels alone, both in one run: by one lane 0.06-0.18 us faster at 8-9
-// segments a warp (SWA R=1, full 2k R=2); at 16 the batch max, the weights' shuffles and the l
-// sum after the loads land made it 0.06-0.6 us slower with fp32 partials (8k R=2 .. 32k R=2),
-// except full 2k R=8; with bf16 partials, loaded packed, one lane is faster at 16 too except at
-// full 2k / 8k R=8 (version 22; the threshold and its figures: launch_plan.h).
+// early as a programmatic dependent, fits an SM beside two split CTAs. On AMD (64-lane waves) 8
+// warps are 512 threads. Segments a warp loads at a time: kMergeBatch (its share of each o row: 1
+// register a segment at D = 64 on NVIDIA, 2 at D = 128; one (m, l) a lane). Where a warp has at
+// most that many (fold_by_lane's one batch) the slots past its segments are predicated off; in
+// the loops past it (and in fold_every_lane) they are chunks of kChunk skipped whole.
+// By one lane a segment takes fewer instructions; by every lane keeps shuffles off the path from
+// the loads to the fold: the plan weighs one lane up to merge_by_lane_segments a warp (tuning.h).
 inline constexpr int kChunk = 4;
 
 // A lane's share of a segment's partial o row: E = D / warp-size consecutive bf16 (positions
 // E * lane .., partial_o_order.h), loaded as one vector and kept packed until folded, so that no
-// chunk's loads wait for an earlier chunk's data. (Widened right after each load, inside the
-// chunk's branch, they did: 0.3-0.7 us slower at the latency-bound configs, NOTES.md version 21.)
+// chunk's loads wait for an earlier chunk's data (widened right after each load, they did).
 template <int E>
 struct Lane {
   uint32_t bits[(E + 1) / 2];  // bf16 pairs, low half first
@@ -156,12 +139,6 @@ __device__ RowFold<E> fold_every_lane(const WarpSegments& s) {
   return f;
 }
 
-// A hook that does nothing (fold_by_lane's on_loaded outside the timeline build).
-struct NoHook {
-  template <typename... T>
-  __device__ void operator()(const T&...) const {}
-};
-
 // A warp's n <= NB segments in one batch, straight-line: lane j < n loads the (m, l) of segment
 // j and computes its weight; every lane loads its share of all n o rows at once (the slots past n
 // predicated off, left zero: no branch, so the l sum's butterfly runs beside the o fold), and the
@@ -169,24 +146,15 @@ struct NoHook {
 // dependent FMAs. A batch whose segments are all empty (or n = 0) is folded too: every weight is
 // 0 and the split stores an empty segment's o as its zero accumulator, so the result is the
 // empty state. ml_ptr: the lane's segment's (m, l); o_ptr: the first segment's o at the lane's
-// positions, o_step one segment of the warp further. on_loaded(ml, o): fold_by_lane's hook.
-// Against the chunked batch loop below, which every warp ran until version 29 (benchmarks/NOTES.md
-// version 29, kernels alone, H200, graph, two rounds, us): SWA 32k R = 1-16 0.09-0.35 faster (R=1
-// 4.24 -> 4.04, R=8 7.55 -> 7.21), full 2k R=1 4.36 -> 4.14, R=8 6.47 -> 6.11, R=16 8.65 ->
-// 8.27, 8k R=2 6.51 -> 6.27, R=4 8.46 -> 8.12, 32k R=1 8.59 -> 8.34; nowhere slower. 16 slots
-// at n <= 8 too (the loads past n predicated off) was 0.06-0.15 slower at full 2k R = 1, 2, 4,
-// 16 and 8k R = 1-2 (8k R=1 5.30 against 5.21), 0.05-0.12 faster at SWA R = 2-4 (R=4 5.13 against
-// 5.25), within 0.04 at the other latency-bound configs (0.54 slower at 128k R=4 in that call).
-template <int E, int NB, typename OnLoaded>
+// positions, o_step one segment of the warp further.
+template <int E, int NB>
 __device__ __forceinline__ RowFold<E> fold_one_batch(const float* ml_ptr, const uint16_t* o_ptr,
-                                                      int64_t o_step, int lane, int n,
-                                                      OnLoaded on_loaded) {
+                                                      int64_t o_step, int lane, int n) {
   static_assert(NB <= kWarpSize && NB % 2 == 0, "a lane a segment; segments in pairs");
   const float2 ml = lane < n ? *reinterpret_cast<const float2*>(ml_ptr) : make_float2(neg_inf(), 0.0f);
   Lane<E> o[NB];
 #pragma unroll
   for (int b = 0; b < NB; ++b) o[b] = b < n ? Lane<E>::load(o_ptr + b * o_step) : Lane<E>{};
-  on_loaded(ml, o);
   const float mb = warp_max(ml.x);            // -inf when no segment saw a key
   const float wj = rescale_weight(ml.x, mb);  // 0 on lanes past n and for empty segments
   RowFold<E> f;
@@ -210,24 +178,20 @@ __device__ __forceinline__ RowFold<E> fold_one_batch(const float* ml_ptr, const 
 // The warp's segments (n_mine of them) folded: lane j loads the (m, l) of the batch's j-th
 // segment (one load a lane, not one a segment on every lane) and computes its weight; every lane
 // loads its share of each segment's o row, and a segment's weight reaches the lanes by a shuffle.
-// Up to kMergeBatch segments a warp (always, where the launch plan picks this fold, while
-// kMergeByLaneSegments <= kMergeBatch as by default: launch_plan.h merge_weights_by_lane) they
-// are one batch (fold_one_batch; half its slots when n_mine fits them). Past it
-// (MUSE_ATTN_MERGE_BY_LANE=1 forcing this fold) batches of B, their chunks of loads past the
-// batch's segments skipped whole; l is kept a lane's share at a time (its own segments') and
-// summed over the warp once, after the loop.
-// on_loaded(ml, o) is called once, right after the first batch's loads are issued: nothing,
-// but in the timeline build (merge_kernel), which stamps when they have all landed.
-template <int E, int W, typename OnLoaded = NoHook>
-__device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane, OnLoaded on_loaded = {}) {
+// Up to kMergeBatch segments a warp they are one batch (fold_one_batch; half its slots when
+// n_mine fits them). Past it (where a plan forces this fold) batches of B, their chunks of loads
+// past the batch's segments skipped whole; l is kept a lane's share at a time (its own segments')
+// and summed over the warp once, after the loop.
+template <int E, int W>
+__device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane) {
   constexpr int B = kMergeBatch;
   static_assert(B <= kWarpSize, "a lane a segment of the batch");
   const int n_mine = s.nseg > s.wr ? (s.nseg - s.wr + W - 1) / W : 0;  // the same on every lane
   const int64_t o_step = W * s.o_seg;                                   // a segment of the warp further
   const uint16_t* o_next = s.o + s.wr * s.o_seg;
   const float* ml_next = s.ml + (s.wr + int64_t{lane} * W) * s.ml_seg;
-  if (n_mine <= B / 2) return fold_one_batch<E, B / 2>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
-  if (n_mine <= B) return fold_one_batch<E, B>(ml_next, o_next, o_step, lane, n_mine, on_loaded);
+  if (n_mine <= B / 2) return fold_one_batch<E, B / 2>(ml_next, o_next, o_step, lane, n_mine);
+  if (n_mine <= B) return fold_one_batch<E, B>(ml_next, o_next, o_step, lane, n_mine);
   RowFold<E> f;
   float l_lane = 0.0f;
 #pragma unroll 1  // one batch of loads in flight at a time
@@ -242,7 +206,6 @@ __device__ RowFold<E> fold_by_lane(const WarpSegments& s, int lane, OnLoaded on_
         for (int b = c; b < c + kChunk; ++b) o[b] = b < n ? Lane<E>::load(o_next + b * o_step) : Lane<E>{};
       }
     }
-    if (b0 == 0) on_loaded(ml, o);
     ml_next += int64_t{B} * W * s.ml_seg;
     o_next += B * o_step;
     const float mb = fmaxf(f.m, warp_max(ml.x));
@@ -294,12 +257,11 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 // kByLane: a segment's (m, l) loaded and weighed by one lane (fold_by_lane), else by every lane
 // (fold_every_lane); the launch plan's merge_by_lane.
 template <int D, int W, bool kDependent, bool kByLane>
-__global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p) {
+__global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(VerifyParams p) {
   static_assert(W >= 1 && W <= kMergeMaxWarps && (W & (W - 1)) == 0, "a power of 2");
   static_assert(D % kWarpSize == 0, "a lane holds whole elements of the row");
   constexpr int E = D / kWarpSize;   // elements of the row a lane holds (bf16 in, fp32 folded)
-  constexpr int kRows = merge_rows_per_cta(W);  // rows a CTA
-  MUSE_TIMELINE(p, kTimelineMergeBase, 0);
+  constexpr int kRows = merge_rows_per_cta(W, kWarpSize);  // rows a CTA
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int wr = warp % W;            // the warp's share of the row's segments
   const int slot = warp / W;          // the row's slot in the CTA
@@ -323,8 +285,7 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
   uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + partial_o_swap(E * lane);
   // The first segment this warp reads, prefetched to L2 while the split kernel ends: 0.05-0.2 us
   // off the latency-bound calls at R = 1-4 (the first 4 segments gained less). Compiled out of
-  // the plain launch's merge: there it cost 0.4 us (R = 16), even skipped by a kernel argument
-  // (benchmarks/NOTES.md version 11).
+  // the plain launch's merge, where it cost time even skipped by a kernel argument.
   if constexpr (kDependent) {
     if (wr < nseg) {
       prefetch_l2(o_src + wr * o_seg);
@@ -332,33 +293,14 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
     }
   }
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
-  MUSE_TIMELINE(p, kTimelineMergeBase, 1);  // the split kernel's partials visible
-  MUSE_TIMELINE_CLOCK(timeline_released);
 
   const WarpSegments segs{o_src, ml_src, o_seg, ml_seg, nseg, wr};
   RowFold<E> f;
   if constexpr (kByLane) {
-#if defined(MUSE_ATTN_TIMELINE) && defined(MUSE_ATTN_CUDA)  // (timeline.h: NVIDIA only)
-    // Stamp 7: the first batch's loads landed (a branch on all of them, then the cycles; so in
-    // this build the fold starts only once all of them are in). An empty asm taking the value
-    // emits no instruction, and ptxas then dropped the loads' use: session 28's first form
-    // stamped when the loads were issued.
-    f = fold_by_lane<E, W>(segs, lane, [&](const float2& ml, const auto& o) {  // o: Lane<E>[slots]
-      uint32_t sink = __float_as_uint(ml.x) ^ __float_as_uint(ml.y);
-#pragma unroll
-      for (const auto& x : o) sink ^= x.bits[0];
-      // A harmless volatile instruction on a condition of every load (thread 0's: its stamp) keeps
-      // the clock read below behind them.
-      if (threadIdx.x == 0 && sink == 0x7fc00001u) asm volatile("nanosleep.u32 0;");
-      MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 7, timeline_released);
-    });
-#else
     f = fold_by_lane<E, W>(segs, lane);
-#endif
   } else {
     f = fold_every_lane<E, W>(segs);
   }
-  MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 4, timeline_released);  // warp 0's segments folded
   if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
     __shared__ float2 sh_ml[kRows][W];
     __shared__ LaneF<E> sh_o[kRows][W][kWarpSize];
@@ -374,12 +316,8 @@ __global__ void __launch_bounds__(merge_threads(W)) merge_kernel(VerifyParams p)
     f = RowFold<E>{};
     f.add(ml, o);
   }
-  MUSE_TIMELINE(p, kTimelineMergeBase, 2);  // partials folded
-  MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 5, timeline_released);
   if (!row_ok) return;
   store_bf16<E>(dst, f.acc, safe_inverse(f.l));
-  MUSE_TIMELINE(p, kTimelineMergeBase, 3);  // row written (issued)
-  MUSE_TIMELINE_CYCLES(p, kTimelineMergeBase, 6, timeline_released);
 }
 
 // The merge kernel of a plan's weighing (one lane or every lane a segment), as a programmatic
@@ -390,11 +328,12 @@ auto merge_kernel_for(bool by_lane) {
 }
 
 template <int D, int W>
-gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
-  constexpr int kThreads = merge_threads(W);
-  const dim3 grid = merge_grid(p, W);
+gpuError_t launch_merge_d(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
+  constexpr int kThreads = merge_threads(W, kWarpSize);
+  constexpr int kRows = merge_rows_per_cta(W, kWarpSize);
+  const dim3 grid((p.rows + kRows - 1) / kRows, p.num_requests * p.num_kv_heads.divisor());
 #if defined(MUSE_ATTN_CUDA)
-  // As a programmatic dependent of the split kernel (launch_plan.h): its launch and prologue
+  // As a programmatic dependent of the split kernel: its launch and prologue
   // overlap the split kernel instead of following it.
   if (plan.merge_pdl) {
     cudaLaunchConfig_t cfg = {};
@@ -415,7 +354,7 @@ gpuError_t launch_merge_d(const VerifyParams& p, const LaunchPlan& plan, gpuStre
 }
 
 template <int D>
-gpuError_t launch_merge_warps(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+gpuError_t launch_merge_warps(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
   switch (plan.merge_warps) {
     case 1: return launch_merge_d<D, 1>(p, plan, stream);
     case 2: return launch_merge_d<D, 2>(p, plan, stream);
@@ -440,7 +379,7 @@ bool merge_waits_for_split() {
 #endif
 }
 
-gpuError_t launch_merge(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
   return p.head_dim == 64 ? launch_merge_warps<64>(p, plan, stream)
                           : launch_merge_warps<128>(p, plan, stream);
 }

@@ -1,17 +1,15 @@
-// The split kernel: one CTA per (segment, request, KV head[, block of 64 rows]). It stages its
-// 64 query rows (first, in a copy group of their own) and the segment's 64-key tiles through
-// shared memory (kv_tile.h; kStages tiles in flight, each tile's block ids loaded a tile
-// earlier), computes S = Q K^T on the matrix units for the group's 64
-// query rows (8 tokens x 8 heads, warp_mma.h), masks only boundary tiles (mask.h whole_tiles),
-// runs the online softmax in fp32 in the exp2 domain (softmax_state.h rules), accumulates
-// O += P V and writes the segment's partial state (m, l, o) for the merge (partials.h).
-// Its entry points (one body, run_split_cta): split_kernel<D> takes a segment tile by tile;
-// split_kernel_pairs<64> takes a segment of exactly two tiles as one 128-key step, where latency
-// rules; split_kernel_fill_ring<64> issues a 4-tile segment's copies all in its prologue;
-// split_kernel_pp (NVIDIA, D = 64, below) does the same as split_kernel with two warpgroups a
-// CTA taking alternate tiles, where segments are long (launch_plan.h picks each). (Versions
-// 16-33 named the first three split_kernel<D, kPairs, kFillRing>: split_kernel<64, true> and
-// split_kernel<64, false, true> in benchmarks/NOTES.md are the pairs and fill-ring kernels.)
+// The split kernels: one CTA per (segment, request, KV head[, block of 64 rows]). A CTA stages
+// its 64 query rows (first, in a copy group of their own) and the segment's 64-key tiles through
+// shared memory (kv_tile.h; Stages<D> tiles in flight, each tile's block ids loaded a tile
+// earlier), computes S = Q K^T on the matrix units (warp_mma.h), masks only boundary tiles
+// (mask.h whole_tiles), runs the online softmax in fp32 in the exp2 domain (softmax_state.h),
+// accumulates O += P V and writes the segment's partial (m, l, o) for the merge (partials.h).
+// The variants (launch_plan.h SplitKernel picks one; one body, run_split_cta, for the first three):
+//   split_kernel<D>             a segment tile by tile;
+//   split_kernel_two_tile<64>   a segment of exactly two tiles as one 128-key step;
+//   split_kernel_fill_ring<64>  a four-tile segment's copies all issued in the prologue;
+//   split_kernel_pingpong<64>   two warpgroups a CTA taking alternate tiles (NVIDIA), and
+//   split_kernel_pingpong_two_pairs<64>  the same as two pairs a CTA, each on its own segment.
 #include <atomic>
 #include <cstdint>
 
@@ -19,7 +17,6 @@
 #include "gpu/kv_tile.h"
 #include "gpu/launch_plan.h"
 #include "gpu/partial_o_order.h"
-#include "gpu/timeline.h"
 #include "gpu/vendor.h"
 #include "gpu/warp_mma.h"
 #include "muse_attn/geometry.h"
@@ -42,14 +39,6 @@ __device__ __forceinline__ float tree_reduce(const float* x, Op op) {
     return op(tree_reduce<n / 2>(x, op), tree_reduce<n / 2>(x + n / 2, op));
   }
 }
-
-// kFillRing: a segment of exactly kStages tiles (D = 64) issues its last tile's copies in the
-// prologue, with the prologue's last group, so that every copy is issued before the masks' setup
-// and the first wait (the loop skips that refill; waiting for the prologue's last tile then waits
-// for the segment's last one too). A template parameter, picked by LaunchPlan::split_fill_ring
-// where segments have kStages tiles: it cost 145 registers against 144 (both 139 on sm_90a since
-// version 35's interior copy path, kv_tile.h) and 0.15 us where they have 8 (launch_plan.h has
-// the figures and the rule).
 
 // NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
 // the warpgroup MMA's shared-memory operands; warp_mma.h).
@@ -121,7 +110,7 @@ __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
 }
 
 // Masks a boundary tile's scores of the lane's row rr (mask.h key_is_visible, absent pages):
-// branch-free, a branch a score made a masked tile cost ~1 us more.
+// branch-free (a branch a score made a masked tile ~1 us slower).
 template <int D, int R>
 __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
                                             int rr, int t, unsigned pages_ok, const LaneMask<R>& mask) {
@@ -146,29 +135,17 @@ __device__ __forceinline__ void exp2_scaled_in_place(float (&s)[N], float scale_
 }
 
 // How far (exp2 domain) a tile's max may exceed a row's running max before the running max
-// moves: within the slack the row keeps its old max, every factor is 1 and O is not rescaled
-// (FA4's trick). Exact: l and O are sums over the same max, and the partial's m is that max, so
-// the merge weighs the segment as before (softmax_state.h: any m at most the largest score
-// does); p = exp2(s * c - m) <= 2^slack, well inside bf16 and fp32. Kernels alone on an H200
-// (benchmarks/NOTES.md version 34): 0.04-0.12 us off segments of 4 and 8 tiles (full 8k R=4
-// 7.96-7.97 -> 7.89, 32k R=2 12.60-12.61 -> 12.49-12.52), within run-to-run noise on the
-// ping-pong kernel's long segments and SWA R=16's 3-tile ones, none on two-tile segments (one
-// softmax from the empty state). Tested by tests/test_gpu.py::test_running_max_jumps. A slack of
-// 0 moves the max whenever the tile's is larger (MUSE_ATTN_RESCALE_SLACK=0, a kernel_bench knob).
-#ifndef MUSE_ATTN_RESCALE_SLACK
-#define MUSE_ATTN_RESCALE_SLACK 8
-#endif
-inline constexpr float kRescaleSlack = MUSE_ATTN_RESCALE_SLACK;
+// moves: within the slack every factor is 1 and O is not rescaled. Exact: l and O are sums over
+// the same max, which the partial's m carries to the merge (softmax_state.h: any m at most the
+// largest score does); p <= 2^slack stays well inside bf16 and fp32.
+inline constexpr float kRescaleSlack = 8;
 
 // One tile after its scores (w.scores): masks a boundary tile, runs the online softmax on the
 // raw scores in the exp2 domain (m kept scaled, p = exp2(s * c - m); softmax_state.h rules) and
 // accumulates P V.
 // kMasksFirst: the masks of all the lane's rows under one branch before the rows' softmax, so
-// that the unmasked path jumps over them once, not once a row (each jump's target was an
-// instruction-fetch stall, ncu, benchmarks/NOTES.md version 37). The ping-pong kernel only:
-// kernels alone 0.03-0.15 us off its configs (0.1-0.4 %); the plain and fill-ring kernels took
-// 4-6 more registers with it and were up to 0.14 us slower, and the two-tile step with its masks
-// under one branch gained at some configs and lost at others (+-0.07 us).
+// the unmasked path jumps over them once, not once a row (the ping-pong kernel's choice; the
+// others take more registers with it and are no faster).
 template <bool kMasksFirst, int D, int R>
 __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                        const KvTile<D>& tile, int t, unsigned pages_ok,
@@ -289,42 +266,26 @@ inline constexpr int kMinCtasPerSm = D == 64 ? 3 : 1;
 template <int D>
 inline constexpr int kMinCtasPerSm = 1;
 #endif
-// kPairs: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
-// LaunchPlan::split_pairs picks it where latency rules: launch_plan.h has the figures). A
-// template parameter, and an entry point of its own (split_kernel_pairs), because in every
-// launch it cost 0.5 us where segments are longer.
-//
-// Registers (NVIDIA): the kMinCtasPerSm bound (168 at D = 64), except split_kernel_pairs on
-// sm_90a, capped at kPairsMaxRegs. It runs 2 split CTAs an SM beside the merge's CTAs (a
-// programmatic dependent that starts early, launch_plan.h): two split CTAs at 168 registers leave
-// room in the 64 Ki register file for a 256-thread CTA of at most 88 registers, at 152 for one of
-// at most 104 (the merge's variants take 46-118; which of its CTAs now fit is inferred, not
-// measured: the gain below is). Capped at 152 (151 used, no spill; benchmarks/NOTES.md version
-// 32, kernels alone, graph, us, one call, round 1, the 3-CTA bound / the cap): full 8k R=2 6.12 /
-// 5.86, 4k R=4 6.11 / 5.84, 16k R=1 6.30 / 6.07, 2k R=8 5.98 / 5.92, SWA R=4 5.44 / 5.27 (round 2
-// 5.33 / 5.26); within 0.03 at 8k R=1, SWA R = 2 and 6, 2k R = 2 and 4.
-// The cap is __maxnreg__ alone: nvcc rejects it beside __launch_bounds__ on one kernel ("cannot
-// be applied to the same kernel"; nvcc 13 does not notice on a kernel template, which version
-// 32's single template relied on), hence an entry point of its own. It is launched with kThreads
-// threads only. Where the step is not compiled (not sm_90a) split_kernel_pairs runs tile by tile,
-// as split_kernel<D>, capped at the launch bound's 168 written out (65536 registers / the bound's
-// threads, in steps of 8; sm_90's mma.sync build would spill under 152). SASS (nvdisasm, version
-// 33, names aside): on sm_90a every split kernel is identical to version 32's (one template, the launch
-// bound beside the cap); on sm_90 and sm_80 to version 31's (before the cap); on sm_100
-// (compile-only) ptxas schedules the inlined body differently, without spills.
+// kTwoTile: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
+// elsewhere tile by tile). An entry point of its own because the step costs registers, and so
+// time, where segments are longer. On sm_90a it is capped at kTwoTileMaxRegs (__maxnreg__, which
+// nvcc refuses beside __launch_bounds__ on one kernel) rather than the 3-an-SM bound's 168, so
+// that a dependent merge CTA fits beside two split CTAs an SM; elsewhere the bound's 168 is
+// written out (sm_90's mma.sync build would spill under 152).
 #if defined(MUSE_ATTN_WGMMA)
-inline constexpr int kPairsMaxRegs = 152;
+inline constexpr int kTwoTileMaxRegs = 152;
 #else
-inline constexpr int kPairsMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 8 * 8;  // the bound's
+inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 8 * 8;  // the bound's
 #endif
 #if defined(MUSE_ATTN_CUDA)
-#define MUSE_ATTN_PAIRS_BOUNDS __maxnreg__(kPairsMaxRegs)
+#define MUSE_ATTN_TWO_TILE_BOUNDS __maxnreg__(kTwoTileMaxRegs)
 #else
-#define MUSE_ATTN_PAIRS_BOUNDS __launch_bounds__(kThreads, kMinCtasPerSm<64>)
+#define MUSE_ATTN_TWO_TILE_BOUNDS __launch_bounds__(kThreads, kMinCtasPerSm<64>)
 #endif
 // One split CTA's work (the entry points below): an inlined body so that each entry point carries
-// its own register bound.
-template <int D, bool kPairs, bool kFillRing>
+// its own register bound. kFillRing: a segment of exactly kStages tiles issues its last tile's
+// copies in the prologue too, so every copy is issued before the first wait.
+template <int D, bool kTwoTile, bool kFillRing>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   extern __shared__ __align__(16) char smem_raw[];
 #if defined(MUSE_ATTN_CUDA)
@@ -336,12 +297,9 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   using Warp = WarpAttention<D>;
   constexpr int kStages = Stages<D>::value;
   constexpr int R = Warp::kRowsPerLane;
-  constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage (kernel_bench knob)
+  constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage
 
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
-  MUSE_TIMELINE(p, 0, 0);
-  MUSE_TIMELINE_CLOCK(timeline_clock0);
-  MUSE_TIMELINE_SM(p, 0, timeline_clock0);
   const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
@@ -362,7 +320,6 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
     copy_wait<0>();
     return;
   }
-  MUSE_TIMELINE(p, 0, 1);  // seq_lens read
   const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
 
@@ -372,17 +329,14 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   unsigned present = 0;
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
-    stage_tile<D, kThreads, !kPairs>(tile_at(slot), src, g, tile, pages, tid);
+    stage_tile<D, kThreads, !kTwoTile>(tile_at(slot), src, g, tile, pages, tid);
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
   // Start the copies first; the masks' bounds are set up while they fly. At D = 64 the block
   // ids of a tile are loaded one tile before its copies are issued (`next`), so no refill waits
-  // on a block-table read; and each id load is issued ahead of the K/V copies that precede its
-  // use, not behind them: measured behind them, the refill at the top of the next iteration
-  // took as long as if it waited for those copies too (loads returning in issue order, inferred
-  // from the timings; benchmarks/NOTES.md version 23: 0.25-0.9 us off segments of 4-8 tiles,
-  // kernels alone).
+  // on a block-table read, and each id load is issued ahead of the K/V copies before its use
+  // (behind them, the refill waited as if for those copies too).
   constexpr bool kPrefetchIds = D == 64;
   TileEntries next{};
   if constexpr (D == 64) {  // all first block ids in flight together
@@ -407,16 +361,14 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       copy_commit();
     }
   }
-  MUSE_TIMELINE(p, 0, 2);  // first block ids read, first copies issued
 
   const LaneMask<R> mask = lane_mask(p, g, w, row0);
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
-  MUSE_TIMELINE(p, 0, 8);  // token positions and masks' bounds set
 
   bool paired = false;  // a two-tile segment taken as one step
-  if constexpr (kPairs && Warp::kWarpgroupMma && kStages >= 3) {
+  if constexpr (kTwoTile && Warp::kWarpgroupMma && kStages >= 3) {
     if (t1 - t0 == 2) {  // both tiles' copies were issued above (slots 0 and 1)
       // The prologue committed kStages - 1 groups after Q's (stage_query_rows): tile t0's, t0 +
       // 1's, then empty ones. Waiting for all but the last kStages - 2 lands Q and tile t0, so
@@ -424,8 +376,6 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       copy_wait<kStages - 2>();
       fence_proxy_async_shared();
       __syncthreads();
-      MUSE_TIMELINE(p, 0, 3);
-      MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
       w.load_q(q_tile, 16 * warp);
       auto second_tile_landed = [] {
         copy_wait<kStages - 3>();
@@ -450,30 +400,20 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_entries(src, t + kStages - 1));
     }
     copy_commit();
-    if (it == 0) MUSE_TIMELINE(p, 0, 9);  // about to wait for the first tile
     copy_wait<kStages - 1>();  // tile t landed
-    if (it == 0) MUSE_TIMELINE(p, 0, 6);  // thread 0's own copies of the first tile landed
     if constexpr (Warp::kWarpgroupMma) fence_proxy_async_shared();  // the copies, for its reads
     __syncthreads();
     const int slot = it % kStages;
     const KvTile<D> tile = tile_at(slot);
-    if (it == 0) {
-      MUSE_TIMELINE(p, 0, 3);  // first tile (and Q, an older group) in shared memory
-      MUSE_TIMELINE_CYCLES(p, 0, 10, timeline_clock0);
-      w.load_q(q_tile, 16 * warp);
-    }
+    if (it == 0) w.load_q(q_tile, 16 * warp);
     w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     softmax_and_accumulate<false>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
-  MUSE_TIMELINE(p, 0, 4);  // tiles done
-  MUSE_TIMELINE_CYCLES(p, 0, 11, timeline_clock0);
 
   write_partials(p, w, st, c.group, c.seg, row0);
-  MUSE_TIMELINE(p, 0, 5);  // partials stored (issued)
-  MUSE_TIMELINE_CYCLES(p, 0, 7, timeline_clock0);
 }
 
 // The entry points (launch_split picks one from the launch plan).
@@ -486,20 +426,18 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_fill_
   run_split_cta<D, false, true>(p);
 }
 template <int D>
-__global__ void MUSE_ATTN_PAIRS_BOUNDS split_kernel_pairs(VerifyParams p) {
+__global__ void MUSE_ATTN_TWO_TILE_BOUNDS split_kernel_two_tile(VerifyParams p) {
   static_assert(D == 64, "the two-tile step is tuned (and its cap written) for D = 64");
   run_split_cta<D, true, false>(p);
 }
 
 #if defined(MUSE_ATTN_CUDA)
-// The ping-pong split kernel (NVIDIA, D = 64; LaunchPlan::split_pingpong picks it where a
-// segment has many tiles): two warpgroups ("teams") a CTA, each with the CTA's 64 query rows and
-// its own query tile, stages, copy groups and barrier, take the segment's tiles t0 + team,
-// t0 + team + 2, ... independently; their score MMAs are issued in turn (FA3's ping-pong, two
-// named barriers), so one team's softmax runs under the other's MMAs. At the end team 1 hands
-// its (m, l, O) to team 0 through its own stages, and team 0 writes the partial. 256 threads, 2
-// CTAs an SM. On an H200, kernels alone (benchmarks/NOTES.md version 14): 3-5 % faster than
-// split_kernel where segments have 16 tiles or more at 2 CTAs an SM, slower with short ones.
+// The ping-pong split kernel (NVIDIA, D = 64; the plan picks it where segments are long): two
+// warpgroups ("teams") a CTA, each with the CTA's 64 query rows and its own query tile, stages,
+// copy groups and barrier, take the segment's tiles t0 + team, t0 + team + 2, ... independently;
+// their score MMAs are issued in turn (FA3's ping-pong, two named barriers), so one team's
+// softmax runs under the other's MMAs. At the end team 1 hands its (m, l, O) to team 0 through
+// its own stages, and team 0 writes the partial. 256 threads, 2 CTAs an SM.
 // Barrier ids as immediates (a register id makes ptxas reserve all 16); team is warp-uniform.
 template <int kId, int kCount>
 __device__ __forceinline__ void named_bar_sync() {
@@ -511,8 +449,8 @@ __device__ __forceinline__ void named_bar_arrive() {
 }
 constexpr int kTeamThreads = kThreads;        // a team: one warpgroup
 constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
-// Stages a team (its own, not Stages<D>: the measured choice, 2 a team beat 3 where bytes rule,
-// NOTES.md version 14), then the two teams' query tiles.
+// Stages a team (its own, not Stages<D>: 2 a team beat 3 where bytes rule), then the two teams'
+// query tiles.
 inline constexpr int kPpStagesPerTeam = 2;
 // A pair's shared memory past the alignment slack, and a one-pair CTA's with it.
 template <int D>
@@ -532,9 +470,8 @@ inline constexpr int kPpMinCtasPerSm = 2;
 inline constexpr int kPpMinCtasPerSm = 1;
 #endif
 // One ping-pong pair (two teams, kPpThreads threads) working on segment c.seg (after the
-// entry point's grid_launch_dependents): the body of
-// split_kernel_pp (one pair a CTA) and of split_kernel_pp2 (two pairs a CTA, each on its own
-// segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
+// entry point's grid_launch_dependents): the body of split_kernel_pingpong (one pair a CTA) and
+// of split_kernel_pingpong_two_pairs (two pairs a CTA, each on its own segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
 // kBar: the first of the pair's named barriers (4, and a fifth where kPaired: the hand-over,
 // __syncthreads() in a CTA of one pair).
 template <int D, int kBar, bool kPaired>
@@ -546,14 +483,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   static_assert(P >= 2, "two stages a team at least");
   constexpr int R = Warp::kRowsPerLane;
 
-  // The stamps as split_kernel's, by the pair's thread 0 (team 0), at the one-pair grid's CTA
-  // index of its segment (a second pair past the last segment stamps nothing).
-  MUSE_TIMELINE_AS_WHO(tl_cta, tl_stamper,
-                       c.seg + int64_t{p.num_splits.divisor()} * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z),
-                       tid == 0 && c.seg < p.num_splits.divisor());
-  MUSE_TIMELINE_AS(p, 0, 0, tl_cta, tl_stamper);
-  MUSE_TIMELINE_CLOCK(timeline_clock0);
-  MUSE_TIMELINE_SM_AS(p, 0, timeline_clock0, tl_cta, tl_stamper);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;
   const int raw_len = p.seq_lens[c.req];
@@ -573,7 +502,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     copy_wait<0>();
     return;
   }
-  MUSE_TIMELINE_AS(p, 0, 1, tl_cta, tl_stamper);  // seq_lens read
   const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
   const int n_other = (t1 - t0) - n_team;             // the other team's
   auto team_tile = [&](int i) { return t0 + team + 2 * i; };
@@ -596,7 +524,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
       copy_commit();
     }
   }
-  MUSE_TIMELINE_AS(p, 0, 2, tl_cta, tl_stamper);  // first block ids read, first copies issued
   TileEntries next{};
   if (P - 1 < n_team) next = load_tile_entries(src, team_tile(P - 1));
 
@@ -619,8 +546,8 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     if (team == 0) named_bar_arrive<kBar + 3, kPpThreads>(); else named_bar_arrive<kBar + 2, kPpThreads>();
   };
   if (team == 1) named_bar_arrive<kBar + 2, kPpThreads>();
-  // The id loads stay behind the refill's copies here: issued ahead of them, as split_kernel
-  // does, this kernel was 0.2-0.5 us slower (benchmarks/NOTES.md version 23).
+  // The id loads stay behind the refill's copies here (ahead of them, as split_kernel issues
+  // them, this kernel was slower).
   for (int i = 0; i < n_team; ++i) {
     const int t = team_tile(i);
     if (i + P - 1 < n_team) stage((i + P - 1) % P, team_tile(i + P - 1), next);
@@ -631,10 +558,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     team_bar();
     const int slot = i % P;
     const KvTile<D> tile = tile_at(slot);
-    if (i == 0) {
-      MUSE_TIMELINE_AS(p, 0, 3, tl_cta, tl_stamper);  // team 0's first tile (and its Q) in shared memory
-      MUSE_TIMELINE_CYCLES_AS(p, 0, 10, timeline_clock0, tl_cta, tl_stamper);
-    }
     w.load_q(q_tile, 16 * warp);  // every tile: 4 ldmatrix, and no registers held for Q between
     my_turn();
     w.scores(tile);
@@ -644,8 +567,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     team_bar();  // the team's stage is refilled next iteration
   }
   copy_wait<0>();
-  MUSE_TIMELINE_AS(p, 0, 4, tl_cta, tl_stamper);  // team 0's tiles done
-  MUSE_TIMELINE_CYCLES_AS(p, 0, 11, timeline_clock0, tl_cta, tl_stamper);
 
   if (t1 - t0 > 1) {  // team 1 saw tiles: its state to team 0 through team 1's stages
     constexpr int kOut = D / 8 * 4;
@@ -685,8 +606,6 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   }
 
   write_partials(p, w, st, c.group, c.seg, row0);
-  MUSE_TIMELINE_AS(p, 0, 5, tl_cta, tl_stamper);  // partials stored (issued)
-  MUSE_TIMELINE_CYCLES_AS(p, 0, 7, timeline_clock0, tl_cta, tl_stamper);
 }
 
 template <int D>
@@ -697,19 +616,18 @@ __device__ __forceinline__ char* pp_smem_aligned() {
 }
 
 template <int D>
-__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pp(VerifyParams p) {
+__global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pingpong(VerifyParams p) {
   char* const smem = pp_smem_aligned<D>();
   grid_launch_dependents();
   run_pp_pair<D, 1, false>(p, smem, threadIdx.x, split_cta(p));
 }
 
-// Two pairs a CTA, one CTA an SM, each pair on its own segment (2 x, 2 x + 1): the same work as
-// split_kernel_pp's two CTAs an SM, without a CTA placed second on its SM beside another (which
-// ran slower than the first and ended up to ~4 us after it at full 32k R = 8-16, session 41's
-// per-CTA stamps, benchmarks/NOTES.md version 41). Launched with grid x = ceil(S / 2); a pair
-// whose segment is past the group's ends at once (each pair has its own barriers: 1-5, 6-10).
+// Two pairs a CTA, one CTA an SM, each pair on its own segment (2 x, 2 x + 1): the work of
+// split_kernel_pingpong's two CTAs an SM, without a CTA placed second on its SM (which ran
+// slower than the first). Launched with grid x = ceil(S / 2); a pair whose segment is past the
+// group's ends at once (each pair has its own barriers: 1-5, 6-10).
 template <int D>
-__global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyParams p) {
+__global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pingpong_two_pairs(VerifyParams p) {
 #if defined(MUSE_ATTN_WGMMA)
   grid_launch_dependents();
   SplitCta c = split_cta(p);
@@ -722,7 +640,7 @@ __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pp2(VerifyPara
 #else
   // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
   // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
-  // kernel has dynamic shared memory only), which the launch plan asks first.
+  // kernel has dynamic shared memory only), which the device description asks.
   __shared__ int no_two_pairs_code;
   if (threadIdx.x == 0) *static_cast<volatile int*>(&no_two_pairs_code) = p.num_requests;
   __trap();
@@ -762,11 +680,11 @@ gpuError_t launch_split_entry(Kernel kernel, std::atomic<uint64_t>& done, const 
   return launch_with_smem(kernel, done, split_grid(p), kThreads, split_smem_bytes<D>(), p, stream);
 }
 
-template <int D, bool kPairs = false, bool kFillRing = false>
+template <int D, bool kTwoTile = false, bool kFillRing = false>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   static std::atomic<uint64_t> done{0};
-  if constexpr (kPairs) {
-    return launch_split_entry<D>(split_kernel_pairs<D>, done, p, stream);
+  if constexpr (kTwoTile) {
+    return launch_split_entry<D>(split_kernel_two_tile<D>, done, p, stream);
   } else if constexpr (kFillRing) {
     return launch_split_entry<D>(split_kernel_fill_ring<D>, done, p, stream);
   } else {
@@ -778,9 +696,9 @@ gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
 gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStream_t stream) {
   static std::atomic<uint64_t> done_one_pair{0}, done_two_pairs{0};
   if (two_pairs)
-    return launch_with_smem(split_kernel_pp2<64>, done_two_pairs, split_grid_two_pairs(p),
+    return launch_with_smem(split_kernel_pingpong_two_pairs<64>, done_two_pairs, split_grid_two_pairs(p),
                             2 * kPpThreads, pp_smem_bytes<64>() + pp_pair_bytes<64>(), p, stream);
-  return launch_with_smem(split_kernel_pp<64>, done_one_pair, split_grid(p), kPpThreads,
+  return launch_with_smem(split_kernel_pingpong<64>, done_one_pair, split_grid(p), kPpThreads,
                           pp_smem_bytes<64>(), p, stream);
 }
 #endif
@@ -790,7 +708,7 @@ gpuError_t launch_split_pingpong(const VerifyParams& p, bool two_pairs, gpuStrea
 bool pingpong_two_pairs_loaded() {
 #if defined(MUSE_ATTN_CUDA)
   cudaFuncAttributes attr = {};
-  if (cudaFuncGetAttributes(&attr, split_kernel_pp2<64>) != cudaSuccess) {
+  if (cudaFuncGetAttributes(&attr, split_kernel_pingpong_two_pairs<64>) != cudaSuccess) {
     (void)cudaGetLastError();  // not left for the next launch's error check
     return false;
   }
@@ -800,15 +718,19 @@ bool pingpong_two_pairs_loaded() {
 #endif
 }
 
-gpuError_t launch_split(const VerifyParams& p, const LaunchPlan& plan, gpuStream_t stream) {
+// The variants other than per_tile exist at D = 64 only, and the fill ring and ping-pong kernels
+// on NVIDIA only (launch_plan.h never picks them elsewhere; here they fall back to per_tile).
+gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
+  const bool d64 = p.head_dim == 64;
 #if defined(MUSE_ATTN_CUDA)
-  if (plan.split_pingpong && p.head_dim == 64) return launch_split_pingpong(p, plan.split_pp_two_pairs, stream);
+  if (d64 && (kernel == SplitKernel::kPingpong || kernel == SplitKernel::kPingpongTwoPairs))
+    return launch_split_pingpong(p, kernel == SplitKernel::kPingpongTwoPairs, stream);
 #endif
-  if (plan.split_pairs && p.head_dim == 64) return launch_split_d<64, true>(p, stream);
+  if (d64 && kernel == SplitKernel::kTwoTile) return launch_split_d<64, true>(p, stream);
 #if defined(MUSE_ATTN_CUDA)
-  if (plan.split_fill_ring && p.head_dim == 64) return launch_split_d<64, false, true>(p, stream);
+  if (d64 && kernel == SplitKernel::kFillRing) return launch_split_d<64, false, true>(p, stream);
 #endif
-  return p.head_dim == 64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
+  return d64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }
 
 }  // namespace muse_attn::gpu

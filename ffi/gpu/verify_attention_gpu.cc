@@ -1,7 +1,8 @@
-// The GPU handler of verify attention ("CUDA" or "ROCM", one source): checks the static
-// shapes, fills VerifyParams and launches the split kernel then the merge on XLA's stream.
-// Command-buffer compatible: no host synchronization, no allocation (the partials are results
-// of the call, sized at trace time), launch geometry from static shapes only.
+// The GPU handler of verify attention ("CUDA" or "ROCM", one source): checks the static shapes
+// and the launch plan it was handed (decided at trace time, launch_plan.h), fills VerifyParams and
+// launches the split kernel then the merge on XLA's stream. Command-buffer compatible: no host
+// synchronization, no allocation (the partials are results of the call, sized at trace time),
+// launch geometry from static shapes only.
 #include <cstdint>
 #include <string>
 
@@ -20,6 +21,37 @@ ffi::Error gpu_error(const char* what, gpuError_t e) {
                               gpuGetErrorString(e));
 }
 
+// The plan's attributes, checked against what this build and device can run (a plan made for
+// another device, or by hand, is refused rather than launched wrong).
+ffi::Error read_plan(int32_t split_kernel, int32_t merge_warps, int32_t merge_pdl,
+                     int32_t merge_by_lane, int head_dim, Plan* plan) {
+  auto bad = [](const std::string& what) {
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention (GPU): launch plan: " + what);
+  };
+  if (split_kernel < 0 || split_kernel >= kNumSplitKernels)
+    return bad("split_kernel " + std::to_string(split_kernel) + " is not a split kernel");
+  if (merge_warps != 1 && merge_warps != 2 && merge_warps != 4 && merge_warps != 8)
+    return bad("merge_warps must be 1, 2, 4 or 8, got " + std::to_string(merge_warps));
+  plan->split_kernel = static_cast<SplitKernel>(split_kernel);
+  plan->merge_warps = merge_warps;
+  plan->merge_pdl = merge_pdl != 0;
+  plan->merge_by_lane = merge_by_lane != 0;
+  const char* name = kSplitKernelNames[split_kernel];
+  if (plan->split_kernel != SplitKernel::kPerTile && head_dim != 64)
+    return bad(std::string(name) + " needs D = 64");
+  const bool nvidia_only = plan->split_kernel == SplitKernel::kFillRing ||
+                           plan->split_kernel == SplitKernel::kPingpong ||
+                           plan->split_kernel == SplitKernel::kPingpongTwoPairs;
+  if (nvidia_only && kVendor != Vendor::kNvidia) return bad(std::string(name) + " runs on NVIDIA only");
+  // What the loaded code can do, asked once a process (XLA runs one kind of GPU a process).
+  static const bool two_pairs = pingpong_two_pairs_loaded();
+  static const bool pdl = device_supports_pdl() && merge_waits_for_split();
+  if (plan->split_kernel == SplitKernel::kPingpongTwoPairs && !two_pairs)
+    return bad("pingpong_two_pairs is not in this build's code for this GPU (sm_90a only)");
+  if (plan->merge_pdl && !pdl) return bad("merge_pdl needs sm_90+ and merge code compiled for it");
+  return ffi::Error::Success();
+}
+
 ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 ffi::BufferR3<ffi::BF16> q,           // [NQ*R, Hq, D]
                                 ffi::BufferR4<ffi::BF16> kv_cache,    // [blocks, Hkv, 16, 2D]
@@ -30,7 +62,9 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 ffi::ResultBufferR4<ffi::BF16> part_o,  // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
-                                int32_t num_splits, int32_t num_reqs_static) {
+                                int32_t num_splits, int32_t num_reqs_static,
+                                int32_t split_kernel, int32_t merge_warps, int32_t merge_pdl,
+                                int32_t merge_by_lane) {
   Problem pr{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(),
                                    block_table.dimensions(), seq_lens.dimensions(),
@@ -46,6 +80,10 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
     return ffi::Error::InvalidArgument(
         "jax_muse_attn verify_attention (GPU): D must be 64 or 128, got " +
         std::to_string(pr.head_dim));
+  Plan plan;
+  plan.num_splits = pr.num_splits;
+  status = read_plan(split_kernel, merge_warps, merge_pdl, merge_by_lane, pr.head_dim, &plan);
+  if (status.failure()) return status;
   VerifyParams p = sized_params(pr.num_requests, pr.tokens, pr.num_q_heads, pr.num_kv_heads,
                                 pr.head_dim, pr.pages, pr.window, pr.num_splits,
                                 pr.num_reqs_static);
@@ -60,8 +98,8 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   p.num_blocks = pr.num_blocks;
   p.table_stride = pr.table_row_stride;
   p.scale_log2 = pr.scale_log2;
-  const LaunchPlan plan = plan_launch(p);  // host-side only: the same every call
-  if (gpuError_t e = launch_split(p, plan, stream); e != gpuSuccess) return gpu_error("split launch", e);
+  if (gpuError_t e = launch_split(p, plan.split_kernel, stream); e != gpuSuccess)
+    return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
   return ffi::Error::Success();
 }

@@ -6,8 +6,10 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define MUSE_HD __host__ __device__ __forceinline__
+#define MUSE_HD_CONSTEXPR __host__ __device__ constexpr  // usable before the HIP headers
 #else
 #define MUSE_HD inline
+#define MUSE_HD_CONSTEXPR constexpr
 #endif
 
 #endif  // MUSE_ATTN_HOST_DEVICE_H_

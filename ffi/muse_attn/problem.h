@@ -120,7 +120,12 @@ auto bind_verify_attention(Binding binding) {
       .template Attr<int32_t>("window")                    // 0: full attention
       .template Attr<int32_t>("tokens_per_request")        // NQ
       .template Attr<int32_t>("num_splits")                // segments a group at most
-      .template Attr<int32_t>("num_reqs_static");          // num_reqs if static, else -1
+      .template Attr<int32_t>("num_reqs_static")           // num_reqs if static, else -1
+      // The rest of the launch plan (gpu/launch_plan.h; the CPU handler has one scheme):
+      .template Attr<int32_t>("split_kernel")              // gpu::SplitKernel
+      .template Attr<int32_t>("merge_warps")               // warps a merge row: 1, 2, 4 or 8
+      .template Attr<int32_t>("merge_pdl")                 // 1: merge as a dependent launch
+      .template Attr<int32_t>("merge_by_lane");            // 1: a segment weighed on one lane
 }
 
 }  // namespace muse_attn
