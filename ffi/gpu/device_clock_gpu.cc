@@ -1,7 +1,7 @@
 // The GPU handler of jax_muse_attn_device_clock ("CUDA" or "ROCM"): stores the device's clock
 // (ns, as uint32 [low, high]) when the stream reaches it. Its operand is any array the read must
 // follow (XLA orders the call after the op that produced it); it is not read. For benchmarks:
-// jax_muse_attn.bench times chains of calls between two reads. Command-buffer compatible (one
+// benchmarks/bench.py times chains of calls between two reads. Command-buffer compatible (one
 // kernel launch, no host synchronization).
 #include <cstdint>
 #include <string>

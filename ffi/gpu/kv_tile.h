@@ -7,11 +7,12 @@
 //
 // Staging (stage_tile()): the cache holds, for each block and KV head, 16 key slots of [K | V]
 // (2 * D bf16), 4 KiB contiguous at D = 64; a tile is 4 pages, whose block ids the caller has
-// loaded a tile earlier (load_tile_entries(), checked by resolve()). Each thread copies 16-byte chunks, consecutive
-// threads consecutive chunks of a page (coalesced). A key slot is copied only when its page is
-// live, its block id valid and the key inside [key_lo, seq_len) (page_table.h); otherwise the
-// chunk is zero-filled without reading the source. The kernel masks keys of absent pages from
-// TilePages::present_mask() (keys outside [key_lo, seq_len) are never visible to any row).
+// loaded a tile earlier (load_tile_entries(), checked by resolve()). Each thread copies 16-byte
+// chunks, consecutive threads consecutive chunks of a page (coalesced). A key slot is copied only
+// when its page is live, its block id valid and the key inside [key_lo, seq_len) (page_table.h);
+// otherwise the chunk is zero-filled without reading the source. The kernel masks keys of absent
+// pages from TilePages::present_mask() (keys outside [key_lo, seq_len) are never visible to any
+// row).
 #ifndef MUSE_ATTN_GPU_KV_TILE_H_
 #define MUSE_ATTN_GPU_KV_TILE_H_
 
@@ -160,9 +161,8 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
   const int hi = g.seq_len - tile * kTileKeys;
   // A tile wholly inside [key_lo, seq_len) (every tile of a segment but its ends) takes a path
   // without the two key compares a chunk; the test is the same in every thread of the CTA.
-  // kInteriorPath = false keeps one path: the two-tile kernel (its 152-register cap spilled 4
-  // bytes with both) and the ping-pong kernel (0.3 us slower at 128k R=2 with both, NOTES
-  // version 35).
+  // kInteriorPath = false keeps one path: the two-tile kernel (both paths spill under its
+  // 152-register cap) and the ping-pong kernel (both paths make it slower).
   const auto copies = [&](auto bounded) {  // std::true_type: the key compares; false_type: none
     constexpr bool kBounded = decltype(bounded)::value;
     // At D = 64 everything unrolled; at D = 128 (on NVIDIA) one page at a time, or a tile's

@@ -40,7 +40,7 @@ inline constexpr int kChunk = 4;
 
 // A lane's share of a segment's partial o row: E = D / warp-size consecutive bf16 (positions
 // E * lane .., partial_o_order.h), loaded as one vector and kept packed until folded, so that no
-// chunk's loads wait for an earlier chunk's data (widened right after each load, they did).
+// chunk's loads wait for an earlier chunk's data (widened right after each load, they would).
 template <int E>
 struct Lane {
   uint32_t bits[(E + 1) / 2];  // bf16 pairs, low half first
@@ -283,9 +283,9 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + partial_o_swap(E * lane);
-  // The first segment this warp reads, prefetched to L2 while the split kernel ends: 0.05-0.2 us
-  // off the latency-bound calls at R = 1-4 (the first 4 segments gained less). Compiled out of
-  // the plain launch's merge, where it cost time even skipped by a kernel argument.
+  // The first segment this warp reads, prefetched to L2 while the split kernel ends (prefetching
+  // the first four gains less than the first alone). Compiled out of the plain launch's merge,
+  // where it costs time even when a kernel argument skips it.
   if constexpr (kDependent) {
     if (wr < nseg) {
       prefetch_l2(o_src + wr * o_seg);

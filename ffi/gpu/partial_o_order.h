@@ -2,12 +2,12 @@
 //
 // NVIDIA: the split kernel's MMA fragments (warp_mma.h) give lane t = lane % 4 of a quad the
 // column pairs 8n + 2t, n = 0 .. D / 8 - 1. Stored in column order, a quad writes 16 contiguous
-// bytes a store, half a 32-byte sector (slower at every latency-bound config on an H200,
-// benchmarks/NOTES.md versions 12 and 20). So each 32-column block of a row is stored with its
-// pairs transposed: the pair of columns 32k + 8j + 2t sits at position 32k + 8t + 2j, lane t
-// writes its pairs n = 4k .. 4k + 3 as one 16-byte store, and a quad 64 contiguous bytes. The
-// transpose is its own inverse: the merge, which reads positions, finds each pair's columns
-// with the same function. AMD: column order (a lane's four elements are contiguous already).
+// bytes a store, half a 32-byte sector (slower in every latency-bound call). So each 32-column
+// block of a row is stored with its pairs transposed: the pair of columns 32k + 8j + 2t sits at
+// position 32k + 8t + 2j, lane t writes its pairs n = 4k .. 4k + 3 as one 16-byte store, and a
+// quad 64 contiguous bytes. The transpose is its own inverse: the merge, which reads positions,
+// finds each pair's columns with the same function. AMD: column order (a lane's four elements
+// are contiguous already).
 //
 // Only the split kernel writes and only the merge kernel reads the partials, inside one call;
 // the CPU handler keeps column order.

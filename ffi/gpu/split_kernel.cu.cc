@@ -110,7 +110,7 @@ __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
 }
 
 // Masks a boundary tile's scores of the lane's row rr (mask.h key_is_visible, absent pages):
-// branch-free (a branch a score made a masked tile ~1 us slower).
+// branch-free (a branch a score makes a masked tile slower than the selects do).
 template <int D, int R>
 __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
                                             int rr, int t, unsigned pages_ok, const LaneMask<R>& mask) {
@@ -449,8 +449,8 @@ __device__ __forceinline__ void named_bar_arrive() {
 }
 constexpr int kTeamThreads = kThreads;        // a team: one warpgroup
 constexpr int kPpThreads = 2 * kTeamThreads;  // two teams
-// Stages a team (its own, not Stages<D>: 2 a team beat 3 where bytes rule), then the two teams'
-// query tiles.
+// Stages a team (its own, not Stages<D>: two a team are faster than three where bytes rule),
+// then the two teams' query tiles.
 inline constexpr int kPpStagesPerTeam = 2;
 // A pair's shared memory past the alignment slack, and a one-pair CTA's with it.
 template <int D>
@@ -469,11 +469,11 @@ inline constexpr int kPpMinCtasPerSm = 2;
 #else
 inline constexpr int kPpMinCtasPerSm = 1;
 #endif
-// One ping-pong pair (two teams, kPpThreads threads) working on segment c.seg (after the
-// entry point's grid_launch_dependents): the body of split_kernel_pingpong (one pair a CTA) and
-// of split_kernel_pingpong_two_pairs (two pairs a CTA, each on its own segment). smem: the pair's shared memory (aligned); tid: the thread's index in the pair;
-// kBar: the first of the pair's named barriers (4, and a fifth where kPaired: the hand-over,
-// __syncthreads() in a CTA of one pair).
+// One ping-pong pair (two teams, kPpThreads threads) working on segment c.seg (after the entry
+// point's grid_launch_dependents): the body of split_kernel_pingpong (one pair a CTA) and of
+// split_kernel_pingpong_two_pairs (two pairs a CTA, each on its own segment). smem: the pair's
+// shared memory (aligned); tid: the thread's index in the pair; kBar: the first of the pair's named
+// barriers (4, and a fifth where kPaired: the hand-over, __syncthreads() in a CTA of one pair).
 template <int D, int kBar, bool kPaired>
 __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const smem, const int tid,
                                             const SplitCta c) {
@@ -547,7 +547,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   };
   if (team == 1) named_bar_arrive<kBar + 2, kPpThreads>();
   // The id loads stay behind the refill's copies here (ahead of them, as split_kernel issues
-  // them, this kernel was slower).
+  // them, this kernel is slower).
   for (int i = 0; i < n_team; ++i) {
     const int t = team_tile(i);
     if (i + P - 1 < n_team) stage((i + P - 1) % P, team_tile(i + P - 1), next);
@@ -623,7 +623,7 @@ __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_ping
 }
 
 // Two pairs a CTA, one CTA an SM, each pair on its own segment (2 x, 2 x + 1): the work of
-// split_kernel_pingpong's two CTAs an SM, without a CTA placed second on its SM (which ran
+// split_kernel_pingpong's two CTAs an SM, without a CTA placed second on its SM (which runs
 // slower than the first). Launched with grid x = ceil(S / 2); a pair whose segment is past the
 // group's ends at once (each pair has its own barriers: 1-5, 6-10).
 template <int D>

@@ -40,9 +40,10 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem, 
 #define MUSE_ATTN_WGMMA 1
 #endif
 
-// Warpgroup MMA (sm_90a; declared for every CUDA pass, used only where MUSE_ATTN_WGMMA). A tile's K and V halves are canonical 128-byte-swizzle layouts for it:
-// rows of 128 bytes (D = 64 bf16), 16-byte chunk c of row r at c ^ (r % 8) (kv_tile.h), 8-row
-// atoms of 1024 bytes, the tile 1024-byte aligned.
+// Warpgroup MMA (sm_90a; declared for every CUDA pass, used only where MUSE_ATTN_WGMMA). A tile's K
+// and V halves are canonical 128-byte-swizzle layouts for it: rows of 128 bytes (D = 64 bf16),
+// 16-byte chunk c of row r at c ^ (r % 8) (kv_tile.h), 8-row atoms of 1024 bytes, the tile
+// 1024-byte aligned.
 //   K for S = Q K^T: B = K^T, K-major (d contiguous): leading offset unused, stride 1024 bytes
 //     between 8-key groups; the k-step (16 d = 32 bytes) moves the start address.
 //   V for O += P V: B = V, MN-major (d contiguous, transposed): stride 1024 bytes between 8-key
@@ -140,8 +141,8 @@ struct WarpAttention {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     // Q's fragments are loaded inside the tile loop (load_q, first iteration) and kept: defined
-    // here too, or ptxas may treat them as dead around the loop and reuse their registers (it
-    // did on sm_90a: every tile after the first used P as Q).
+    // here too, or ptxas may treat them as dead around the loop and reuse their registers (on
+    // sm_90a every tile after the first would then use P as Q).
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) qa[kk][0] = qa[kk][1] = qa[kk][2] = qa[kk][3] = 0u;
 #pragma unroll

@@ -21,14 +21,10 @@ inline constexpr int kPageSize = 16;                        // keys a KV-cache b
 inline constexpr int kTileKeys = 64;                        // keys a tile
 inline constexpr int kPagesPerTile = kTileKeys / kPageSize;  // 4
 // A segment gets at least this many tiles when the request has them. 1: the split count alone
-// decides (jax_muse_attn/attention.py default_num_splits gives segments 2 tiles at least, 1
-// only where the call's split CTAs stay few; a segment's partial state, 64 rows x D (o bf16,
-// muse_attn/partials.h), costs half the bytes of a tile of K and V to write and merge again).
-#if defined(MUSE_ATTN_MIN_TILES_PER_SEGMENT)  // a tuning knob for benchmarks/kernel_bench.cu
-inline constexpr int kMinTilesPerSegment = MUSE_ATTN_MIN_TILES_PER_SEGMENT;
-#else
+// decides (gpu/launch_plan.h default_num_splits keeps segments at 2 tiles or more unless the
+// call's split CTAs are few: a segment's partial state, 64 rows x D (o bf16, partials.h), costs
+// half the bytes of a tile of K and V to write and merge again).
 inline constexpr int kMinTilesPerSegment = 1;
-#endif
 
 MUSE_HD int min_i(int a, int b) { return a < b ? a : b; }
 MUSE_HD int max_i(int a, int b) { return a > b ? a : b; }

@@ -5,10 +5,10 @@
 //                                                    even; on NVIDIA each row's pairs in the
 //                                                    order of gpu/partial_o_order.h)
 //   partial_ml [groups, num_splits, rows, 2]          (m, l), fp32
-// o as bf16 halves the bytes the split writes and the merge reads (on an H200 0.2-0.8 us off
-// the latency-bound calls, benchmarks/NOTES.md version 21). Its rounding error is at most 2^-8
-// of |o / l|, itself a convex combination of the segment's V rows: the same bound as the
-// rounding of V to bf16 in the KV cache, added once a segment (README.md, Numerics).
+// o as bf16 halves the bytes the split writes and the merge reads, which shortens the
+// latency-bound calls. Its rounding error is at most 2^-8 of |o / l|, itself a convex
+// combination of the segment's V rows: the same bound as the rounding of V to bf16 in the KV
+// cache, added once a segment.
 // A segment past the group's num_segments is neither written nor read. QueryLayout: where a
 // group's rows sit in q and the output.
 #ifndef MUSE_ATTN_PARTIALS_H_

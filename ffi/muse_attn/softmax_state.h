@@ -17,8 +17,8 @@
 
 // Every rule above tests for -inf. Under -ffinite-math-only (part of clang's and GCC's
 // -ffast-math) the compiler may delete those tests, and a row that saw no key comes out NaN
-// instead of zero (it did in the HIP build until version 10: hip.cmake now adds
-// -fno-finite-math-only). nvcc's --use_fast_math keeps infinities.
+// instead of zero (hence hip.cmake's -fno-finite-math-only). nvcc's --use_fast_math keeps
+// infinities.
 #if defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__
 #error "jax_muse_attn needs infinities: build with -fno-finite-math-only (e.g. -ffast-math -fno-finite-math-only)"
 #endif
