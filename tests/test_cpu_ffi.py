@@ -114,6 +114,8 @@ def test_ffi_matches_reference(rng, window):
 
 
 def test_auto_uses_ffi(rng):
+    """backend='auto' runs this platform's handler; on the CPU too, faster there than the jnp
+    reference on benchmarks/cpu_bench.py's grid (attention.resolve_backend)."""
     c = make_case(rng, 4, [100, 50, 191, 0], P=12)
     np.testing.assert_array_equal(bits(c.run("auto")), bits(c.run("ffi")))
 
@@ -241,3 +243,84 @@ def test_whole_call_under_jit(rng, backend):
     out = f(c.q, c.kv, c.bt, c.sl)
     assert_close(out, c.oracle(), q_shape=c.q.shape)
     np.testing.assert_array_equal(bits(out), bits(c.run(backend)))
+
+
+# --------------------------------------------------------------------------- the CPU handler's
+# threads: (request, KV head, segment) units on XLA's intra-op pool, whose size JAX reads from
+# NPROC when it starts (else the CPU count), so each thread count needs its own process.
+_RUN_AT_THREAD_COUNT = """
+import sys
+import numpy as np
+import jax.numpy as jnp
+import jax_muse_attn
+a = np.load(sys.argv[1])
+q, kv = (jnp.asarray(a[k], jnp.bfloat16) for k in ("q", "kv"))
+bt, sl = jnp.asarray(a["bt"]), jnp.asarray(a["sl"])
+outs = {}
+for i, (window, splits) in enumerate(a["calls"].tolist()):
+    out = jax_muse_attn.verify_attention(q, kv, bt, sl, scale=0.125, window=window or None,
+                                         num_reqs=int(a["num_reqs"]), num_splits=splits or None,
+                                         backend="ffi")
+    outs[str(i)] = np.asarray(out).view(np.uint16)
+np.savez(sys.argv[2], **outs)
+"""
+
+
+@pytest.mark.skipif(_ffi.current_platform() != "cpu", reason="the CPU handler's thread pool")
+def test_cpu_same_bits_whatever_the_thread_count(rng, tmp_path):
+    """Each unit is computed by one thread in a fixed order and a group's merge waits for all
+    its units: the output has the same bits on 1, 2 (this process on a 2-core machine) or 5
+    threads, for ragged requests, padding, full attention and a window."""
+    import os
+    import subprocess
+    import sys
+
+    lens = [5000, 0, 70, 2055, 4097, 64, 1000]
+    c = make_case(rng, 8, lens + [0], P=LONG_P, num_reqs=7, bad_live=0.02)
+    calls = [(0, 0), (0, 3), (2048, 0), (100, 5)]  # (window, num_splits); 0: None
+    want = [bits(jax_muse_attn.verify_attention(
+        c.q, c.kv, c.bt, c.sl, scale=0.125, window=w or None, num_reqs=c.num_reqs,
+        num_splits=s or None, backend="ffi")) for w, s in calls]
+    inputs = tmp_path / "inputs.npz"
+    np.savez(inputs, q=np.asarray(c.q).astype(np.float32), kv=np.asarray(c.kv).astype(np.float32),
+             bt=c.bt_np, sl=c.sl_np, num_reqs=c.num_reqs, calls=np.array(calls))
+    for threads in (1, 5):
+        outputs = tmp_path / f"out{threads}.npz"
+        env = dict(os.environ, NPROC=str(threads), JAX_PLATFORMS="cpu")
+        r = subprocess.run([sys.executable, "-c", _RUN_AT_THREAD_COUNT, str(inputs), str(outputs)],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = np.load(outputs)
+        for i, (w, s) in enumerate(calls):
+            np.testing.assert_array_equal(got[str(i)], want[i],
+                                          err_msg=f"{threads} threads, window {w}, splits {s}")
+
+
+def test_independent_calls_in_one_jit(rng):
+    """XLA may run two independent custom calls of one executable at once (on the CPU, on the
+    intra-op pool beside each other's units): each gives what it gives alone."""
+    c = make_case(rng, 4, [3000, 17, 2056, 900], P=200)
+
+    def one(window, num_splits=None):
+        return jax_muse_attn.verify_attention(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=window,
+                                              num_splits=num_splits, backend="ffi")
+
+    both = jax.jit(lambda: (one(None), one(2048), one(None, 5)))()
+    for got, alone in zip(both, (one(None), one(2048), one(None, 5))):
+        np.testing.assert_array_equal(bits(got), bits(alone))
+
+
+@pytest.mark.skipif(_ffi.current_platform() != "cpu", reason="the CPU handler's own check")
+def test_cpu_handler_refuses_other_head_dims(rng):
+    """The handler's loops are compiled for D 64 and 128 (the supported dims, refused earlier by
+    verify_attention): a direct custom call with another D fails with a message, never runs."""
+    c = make_case(rng, 2, [100, 40], P=12, D=64)
+    shapes = jax_muse_attn._validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale,
+                                                  window=None, tokens_per_request=c.NQ)
+    plan = _ffi.launch_plan(shapes, "cpu", 2, "")  # the plan refuses D 32 itself
+    shapes = dataclasses.replace(shapes, head_dim=32)
+    q3, kv = c.q[..., :32], jnp.concatenate([c.kv[..., :32], c.kv[..., 64:96]], axis=-1)
+    with pytest.raises(Exception, match="head dim must be 64 or 128, got 32"):
+        jax.block_until_ready(jax.jit(lambda q3, kv, bt, sl: _ffi.call(
+            q3, kv, bt, sl, jnp.int32(2), shapes=shapes, scale=c.scale, plan=plan))(
+                q3, kv, c.bt, c.sl))

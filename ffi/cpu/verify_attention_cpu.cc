@@ -6,10 +6,21 @@
 //          rounded to bf16 as the GPU stores it (muse_attn/partials.h);
 //   merge: each output row combines its group's segments with the max trick, divides by l
 //          and is rounded to bf16.
-// It reads only the memory the spec allows (README.md, Semantics): live block-table entries (muse_attn/page_table.h),
-// key slots in [key_lo, seq_len) of valid blocks, nothing of a padding request.
+// It reads only the memory the spec allows (README.md, Semantics): live block-table entries
+// (muse_attn/page_table.h), key slots in [key_lo, seq_len) of valid blocks, nothing of a padding
+// request.
+//
+// Speed: the (group, segment) units run in parallel on XLA's intra-op thread pool, the last unit
+// of a group to finish merges it; inside a unit the loops run over 64 keys or over D with fixed
+// trip counts, so the compiler vectorizes them (x86-64: an AVX2 + FMA copy where the CPU has it).
+// Each unit is computed by one thread in a fixed order: the same bits whatever the thread count.
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "handlers.h"
@@ -21,25 +32,73 @@
 #include "muse_attn/softmax_state.h"
 #include "xla/ffi/api/ffi.h"
 
+// On x86-64 the split is compiled twice, for the baseline ISA and for AVX2 + FMA, and the handler
+// picks one by the CPU it runs on, so one wheel runs everywhere and fast where it can. The
+// helpers are forced inline so that each copy gets them in its own ISA.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define MUSE_CPU_AVX2_COPY 1
+#define MUSE_CPU_AVX2 __attribute__((target("avx2,fma")))
+#else
+#define MUSE_CPU_AVX2_COPY 0
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define MUSE_CPU_INLINE inline __attribute__((always_inline))
+#else
+#define MUSE_CPU_INLINE inline
+#endif
+
 namespace muse_attn {
 namespace {
 
-float bf16_to_f32(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+// ------------------------------------------------------------------------ scalar conversions
+// Branch-free, so that loops over them vectorize.
+
+MUSE_CPU_INLINE uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+MUSE_CPU_INLINE float float_of(uint32_t b) {
   float f;
-  std::memcpy(&f, &bits, sizeof f);
+  std::memcpy(&f, &b, sizeof f);
   return f;
 }
 
-uint16_t f32_to_bf16(float f) {  // round to nearest even, as the GPU's conversions do
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
-  bits += 0x7fffu + ((bits >> 16) & 1u);
-  return static_cast<uint16_t>(bits >> 16);
+MUSE_CPU_INLINE float bf16_to_f32(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+
+// Round to nearest even, as the GPU's conversions do; NaN stays NaN.
+MUSE_CPU_INLINE uint16_t f32_to_bf16(float f) {
+  const uint32_t b = bits_of(f);
+  const uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((b & 0x7fffffffu) > 0x7f800000u ? 0x7fc0u : rounded);
 }
 
-float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+MUSE_CPU_INLINE float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+// 2^x for the softmax's x = s - m <= 0, in a form a loop vectorizes (std::exp2 is a library
+// call): Cephes' exp2f polynomial on [-0.5, 0.5], within 1e-7 relative of exp2 on [-126, 0].
+// Below -126 it flushes to 0 (as the GPU's ex2.approx.ftz does), so -inf gives exactly 0; NaN
+// stays NaN.
+MUSE_CPU_INLINE float exp2_vec(float x) {
+  const float above = x < -126.0f ? -126.0f : x;
+  const float xc = above > 127.0f ? 127.0f : above;
+  const float kRound = 12582912.0f;  // 1.5 * 2^23: xc + kRound rounds xc to an integer n
+  const float t = xc + kRound;
+  const float f = xc - (t - kRound);  // [-0.5, 0.5]
+  float p = 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f;
+  p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f;
+  p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f;
+  p = p * f + 1.0f;
+  const uint32_t two_n = (bits_of(t) - bits_of(kRound) + 127u) << 23;  // 2^n, n in [-126, 127]
+  const float r = p * float_of(two_n);
+  return x < -126.0f ? 0.0f : r;
+}
+
+// ------------------------------------------------------------------------ buffers
 
 struct Inputs {
   const uint16_t* q;         // [NQ*R, Hq, D]
@@ -47,108 +106,250 @@ struct Inputs {
   const int32_t* table;      // [>=R, P]
   uint16_t* part_o;          // [groups, S, rows, D] bf16
   float* part_ml;            // [groups, S, rows, 2]
+  uint16_t* out;             // like q
 };
 
-// One segment of group (r, kvh): tiles [t0, t1) -> partials of the group's rows.
-void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g, int r, int kvh,
-                   int seg) {
-  int t0, t1;
-  segment_tiles(g, seg, &t0, &t1);
-  const int rows = p.rows(), d_dim = p.head_dim, qpk = p.qpk;
-  const QueryLayout ql{p.tokens, p.num_q_heads, FastDiv(qpk), d_dim};
-  const int32_t* table_row = in.table + r * p.table_row_stride;
+// One thread's fp32 working set for a segment, kept across units and calls (it only grows), so
+// the hot loops allocate nothing. Each array starts on a 64-byte line.
+class Scratch {
+ public:
+  float* q;   // [rows, D]   the group's query rows
+  float* kt;  // [D, 64]     the tile's keys, transposed: a row's 64 scores are one loop
+  float* v;   // [64, D]     the tile's values: P.V is one loop over D
+  float* o;   // [rows, D]   unnormalized output rows
+  bool present[kTileKeys];   // key i of the tile was staged (else its K and V are zero)
+  SoftmaxState* state;       // [rows]
 
-  std::vector<float> q(rows * d_dim), k(kTileKeys * d_dim), v(kTileKeys * d_dim);
-  std::vector<float> o(rows * d_dim, 0.0f), s(kTileKeys);
-  std::vector<SoftmaxState> st(rows, SoftmaxState::empty());
-  for (int row = 0; row < rows; ++row) {
-    const uint16_t* src = in.q + ql.row_offset(r, kvh, row);
-    for (int d = 0; d < d_dim; ++d) q[row * d_dim + d] = bf16_to_f32(src[d]);
+  void fit(int rows, int d) {
+    const size_t row_floats = round_up(static_cast<size_t>(rows) * d);
+    const size_t tile_floats = round_up(static_cast<size_t>(kTileKeys) * d);
+    const size_t need = 2 * row_floats + 2 * tile_floats + kLineFloats;
+    if (buf_.size() < need) buf_.resize(need);
+    if (states_.size() < static_cast<size_t>(rows)) states_.resize(rows);
+    float* base = buf_.data();
+    base += (kLineFloats - reinterpret_cast<uintptr_t>(base) / sizeof(float) % kLineFloats) %
+            kLineFloats;
+    q = base;
+    kt = q + row_floats;
+    v = kt + tile_floats;
+    o = v + tile_floats;
+    state = states_.data();
   }
 
-  bool present[kTileKeys];
+ private:
+  static constexpr size_t kLineFloats = 64 / sizeof(float);
+  static size_t round_up(size_t n) { return (n + kLineFloats - 1) / kLineFloats * kLineFloats; }
+  std::vector<float> buf_;
+  std::vector<SoftmaxState> states_;
+};
+
+Scratch& thread_scratch() {
+  thread_local Scratch scratch;
+  return scratch;
+}
+
+// ------------------------------------------------------------------------ split: one segment
+
+template <int D>
+MUSE_CPU_INLINE void load_query_rows(const Problem& p, const Inputs& in, int r, int kvh,
+                                     float* q) {
+  const QueryLayout ql{p.tokens, p.num_q_heads, FastDiv(p.qpk), D};
+  for (int row = 0; row < p.rows(); ++row) {
+    const uint16_t* src = in.q + ql.row_offset(r, kvh, row);
+    for (int d = 0; d < D; ++d) q[row * D + d] = bf16_to_f32(src[d]);
+  }
+}
+
+// Stages one tile in fp32: keys of valid blocks inside [key_lo, seq_len); the other keys zero
+// and absent, their memory never touched. Returns whether every page of the tile names a block.
+template <int D>
+MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const RequestGeometry& g,
+                                const LivePages& live, const int32_t* table_row, int kvh,
+                                int tile, Scratch& sc) {
+  bool all_pages = true;
+  for (int pg = 0; pg < kPagesPerTile; ++pg) {
+    const int page = tile * kPagesPerTile + pg;
+    const int32_t block = live.lookup(table_row, page);
+    all_pages &= block >= 0;
+    for (int slot = 0; slot < kPageSize; ++slot) {
+      const int i = pg * kPageSize + slot, key = page * kPageSize + slot;
+      sc.present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len;
+      if (!sc.present[i]) {
+        for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = 0.0f;
+        for (int d = 0; d < D; ++d) sc.v[i * D + d] = 0.0f;
+        continue;
+      }
+      const uint16_t* kv_row =
+          in.kv + ((int64_t{block} * p.num_kv_heads + kvh) * kPageSize + slot) * 2 * D;
+      for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = bf16_to_f32(kv_row[d]);
+      for (int d = 0; d < D; ++d) sc.v[i * D + d] = bf16_to_f32(kv_row[D + d]);
+    }
+  }
+  return all_pages;
+}
+
+// s[i] = (q . K[i]) * scale * log2(e) for the tile's 64 keys; the 64 sums are the vector lanes.
+template <int D>
+MUSE_CPU_INLINE void row_scores(const float* q_row, const float* kt, float scale_log2,
+                                float* s) {
+  float acc[kTileKeys] = {};
+  for (int d = 0; d < D; ++d) {
+    const float qd = q_row[d];
+    for (int i = 0; i < kTileKeys; ++i) acc[i] += qd * kt[d * kTileKeys + i];
+  }
+  for (int i = 0; i < kTileKeys; ++i) s[i] = acc[i] * scale_log2;
+}
+
+// Scores of keys the row does not see become -inf: absent keys, keys past its position, keys
+// before its window.
+MUSE_CPU_INLINE void mask_row(const bool* present, int first_key, int qpos, int window,
+                              float* s) {
+  for (int i = 0; i < kTileKeys; ++i) {
+    const bool visible = present[i] && key_is_visible(first_key + i, qpos, window);
+    const float score = s[i];
+    s[i] = visible ? score : neg_inf();
+  }
+}
+
+// Max and sum over a tile lane by lane, then over the lanes, in a fixed order: vectorizable
+// without reassociation (no -ffast-math) and the same bits every call.
+constexpr int kLanes = 8;
+
+MUSE_CPU_INLINE float tile_max(const float* s) {
+  float lane[kLanes];
+  for (int j = 0; j < kLanes; ++j) lane[j] = neg_inf();
+  for (int i = 0; i < kTileKeys; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = s[i + j] > lane[j] ? s[i + j] : lane[j];
+  float m = lane[0];
+  for (int j = 1; j < kLanes; ++j) m = lane[j] > m ? lane[j] : m;
+  return m;
+}
+
+// p = 2^(s - m) of the tile's keys (0 where masked): returns their sum (for l) and leaves p
+// rounded to bf16 in pb, as P enters P.V on the GPU's matrix units.
+MUSE_CPU_INLINE float tile_probabilities(const float* s, float m, float* pb) {
+  float lane[kLanes] = {};
+  for (int i = 0; i < kTileKeys; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) {
+      const float pr = exp2_vec(s[i + j] - m);
+      lane[j] += pr;
+      pb[i + j] = round_bf16(pr);
+    }
+  float sum = 0.0f;
+  for (int j = 0; j < kLanes; ++j) sum += lane[j];
+  return sum;
+}
+
+// o_row = o_row * factor + sum_i pb[i] * V[i], in 64-column chunks that stay in registers. A
+// masked key adds 0 * V[i]: V is finite there (an absent key's V is staged as zero).
+template <int D>
+MUSE_CPU_INLINE void accumulate_pv(const float* pb, const float* v, float factor, float* o_row) {
+  constexpr int kChunk = D < 64 ? D : 64;
+  for (int d0 = 0; d0 < D; d0 += kChunk) {
+    float acc[kChunk] = {};
+    for (int i = 0; i < kTileKeys; ++i) {
+      const float w = pb[i];
+      for (int d = 0; d < kChunk; ++d) acc[d] += w * v[i * D + d0 + d];
+    }
+    for (int d = 0; d < kChunk; ++d) o_row[d0 + d] = o_row[d0 + d] * factor + acc[d];
+  }
+}
+
+template <int D>
+MUSE_CPU_INLINE void store_partials(const Problem& p, const Inputs& in, int group, int seg,
+                                    const Scratch& sc) {
+  const PartialsLayout lay = p.partials();
+  for (int row = 0; row < p.rows(); ++row) {
+    uint16_t* po = in.part_o + lay.o_offset(group, seg, row);
+    for (int d = 0; d < D; ++d) po[d] = f32_to_bf16(sc.o[row * D + d]);  // as the GPU stores it
+    in.part_ml[lay.ml_offset(group, seg, row)] = sc.state[row].m;
+    in.part_ml[lay.ml_offset(group, seg, row) + 1] = sc.state[row].l;
+  }
+}
+
+// One segment of group (r, kvh): tiles [t0, t1) -> partials of the group's rows.
+template <int D>
+MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
+                                   int r, int kvh, int seg, Scratch& sc) {
+  int t0, t1;
+  segment_tiles(g, seg, &t0, &t1);
+  const int rows = p.rows();
+  load_query_rows<D>(p, in, r, kvh, sc.q);
+  std::fill_n(sc.o, rows * D, 0.0f);
+  std::fill_n(sc.state, rows, SoftmaxState::empty());
+
+  const int32_t* table_row = in.table + r * p.table_row_stride;
   const LivePages live = LivePages::of(g, p.num_blocks);
   int whole_lo, whole_hi;  // tiles every token sees whole: no mask there (as on the GPU)
   whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
   for (int tile = t0; tile < t1; ++tile) {
-    // Stage the tile: keys of valid blocks inside [key_lo, seq_len); the rest zero and absent.
-    bool all_pages = true;
-    for (int pg = 0; pg < kPagesPerTile; ++pg) {
-      const int page = tile * kPagesPerTile + pg;
-      const int32_t block = live.lookup(table_row, page);
-      all_pages &= block >= 0;
-      for (int slot = 0; slot < kPageSize; ++slot) {
-        const int i = pg * kPageSize + slot, key = page * kPageSize + slot;
-        present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len;
-        if (!present[i]) {
-          std::fill_n(&k[i * d_dim], d_dim, 0.0f);
-          std::fill_n(&v[i * d_dim], d_dim, 0.0f);
-          continue;
-        }
-        const uint16_t* kv_row =
-            in.kv + ((int64_t{block} * p.num_kv_heads + kvh) * kPageSize + slot) * 2 * d_dim;
-        for (int d = 0; d < d_dim; ++d) {
-          k[i * d_dim + d] = bf16_to_f32(kv_row[d]);
-          v[i * d_dim + d] = bf16_to_f32(kv_row[d_dim + d]);
-        }
-      }
-    }
+    const bool all_pages = stage_tile<D>(p, in, g, live, table_row, kvh, tile, sc);
     // A whole tile with every page present has every key present and visible to every row
     // (keys of [key_lo, seq_len) by construction): the GPU kernel skips the mask there, and so
     // does this handler, so the tests check whole_tiles() against the oracle.
     const bool whole = all_pages && tile >= whole_lo && tile < whole_hi;
     for (int row = 0; row < rows; ++row) {
-      const int qpos = token_position(g, row / qpk);
-      float block_max = neg_inf();
-      for (int i = 0; i < kTileKeys; ++i) {
-        const int key = tile * kTileKeys + i;
-        if (!whole && (!present[i] || !key_is_visible(key, qpos, p.window))) {
-          s[i] = neg_inf();
-          continue;
-        }
-        float dot = 0.0f;
-        for (int d = 0; d < d_dim; ++d) dot += q[row * d_dim + d] * k[i * d_dim + d];
-        s[i] = dot * p.scale_log2;
-        block_max = s[i] > block_max ? s[i] : block_max;
-      }
-      SoftmaxState& state = st[row];
+      float s[kTileKeys], pb[kTileKeys];
+      row_scores<D>(sc.q + row * D, sc.kt, p.scale_log2, s);
+      if (!whole)
+        mask_row(sc.present, tile * kTileKeys, token_position(g, row / p.qpk), p.window, s);
+      const float block_max = tile_max(s);
+      SoftmaxState& state = sc.state[row];
       const float factor = state.absorb_max(block_max);
       if (block_max == neg_inf()) continue;  // nothing visible in this tile
-      float* o_row = &o[row * d_dim];
-      for (int d = 0; d < d_dim; ++d) o_row[d] *= factor;
-      for (int i = 0; i < kTileKeys; ++i) {
-        if (s[i] == neg_inf()) continue;
-        const float pr = exp2_f32(s[i] - state.m);
-        state.l += pr;
-        const float pb = round_bf16(pr);  // P enters P.V as bf16, as on the matrix units
-        for (int d = 0; d < d_dim; ++d) o_row[d] += pb * v[i * d_dim + d];
-      }
+      state.l += tile_probabilities(s, state.m, pb);
+      accumulate_pv<D>(pb, sc.v, factor, sc.o + row * D);
     }
   }
-  const PartialsLayout lay = p.partials();
-  const int group = r * p.num_kv_heads + kvh;
-  for (int row = 0; row < rows; ++row) {
-    uint16_t* po = in.part_o + lay.o_offset(group, seg, row);
-    for (int d = 0; d < d_dim; ++d) po[d] = f32_to_bf16(o[row * d_dim + d]);  // as the GPU stores it
-    in.part_ml[lay.ml_offset(group, seg, row)] = st[row].m;
-    in.part_ml[lay.ml_offset(group, seg, row) + 1] = st[row].l;
-  }
+  store_partials<D>(p, in, r * p.num_kv_heads + kvh, seg, sc);
 }
 
+// The split of one segment for a head dim fixed at compile time (every inner loop has a
+// constant trip count), in the baseline ISA and, where the CPU has them, AVX2 + FMA.
+using SplitSegment = void (*)(const Problem&, const Inputs&, const RequestGeometry&, int, int, int,
+                              Scratch&);
+
+template <int D>
+void split_segment_baseline(const Problem& p, const Inputs& in, const RequestGeometry& g, int r,
+                            int kvh, int seg, Scratch& sc) {
+  split_segment<D>(p, in, g, r, kvh, seg, sc);
+}
+
+#if MUSE_CPU_AVX2_COPY
+template <int D>
+MUSE_CPU_AVX2 void split_segment_avx2(const Problem& p, const Inputs& in, const RequestGeometry& g,
+                                      int r, int kvh, int seg, Scratch& sc) {
+  split_segment<D>(p, in, g, r, kvh, seg, sc);
+}
+#endif
+
+SplitSegment pick_split_segment(int head_dim) {
+#if MUSE_CPU_AVX2_COPY
+  static const bool avx2 = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  if (avx2) return head_dim == 64 ? split_segment_avx2<64> : split_segment_avx2<128>;
+#endif
+  return head_dim == 64 ? split_segment_baseline<64> : split_segment_baseline<128>;
+}
+
+// ------------------------------------------------------------------------ merge: one group
+
+constexpr int kMaxHeadDim = 128;
+
 // Combines the group's segments into its output rows (bf16).
-void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, int r, int kvh,
-                 uint16_t* out) {
+void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, int r, int kvh) {
   const PartialsLayout lay = p.partials();
   const int group = r * p.num_kv_heads + kvh, d_dim = p.head_dim;
   const QueryLayout ql{p.tokens, p.num_q_heads, FastDiv(p.qpk), d_dim};
-  std::vector<float> acc(d_dim);
   for (int row = 0; row < p.rows(); ++row) {
     MergeState ms{neg_inf()};
     for (int seg = 0; seg < g.num_segments; ++seg) {
       const float m = in.part_ml[lay.ml_offset(group, seg, row)];
       ms.m_max = m > ms.m_max ? m : ms.m_max;
     }
-    std::fill(acc.begin(), acc.end(), 0.0f);
+    float acc[kMaxHeadDim] = {};
     float l_sum = 0.0f;
     if (ms.m_max != neg_inf()) {
       for (int seg = 0; seg < g.num_segments; ++seg) {
@@ -160,12 +361,54 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
       }
     }
     const float inv = safe_inverse(l_sum);
-    uint16_t* dst = out + ql.row_offset(r, kvh, row);
+    uint16_t* dst = in.out + ql.row_offset(r, kvh, row);
     for (int d = 0; d < d_dim; ++d) dst[d] = f32_to_bf16(acc[d] * inv);
   }
 }
 
-ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, Hq, D]
+// ------------------------------------------------------------------------ parallel driver
+
+// Runs work(u) for u in [0, n) on the calling thread and up to num_threads - 1 tasks of XLA's
+// intra-op pool, and returns once every unit is done. The caller takes units too: XLA may run a
+// scheduled task on this very thread or on a pool of one, so waiting idle could deadlock. Tasks
+// that start late find no unit left and touch nothing but the shared counters.
+template <typename Work>
+void parallel_for(ffi::ThreadPool& pool, int64_t n, const Work& work) {
+  struct Shared {
+    std::atomic<int64_t> next{0}, done{0};
+    int64_t n = 0;
+    const Work* work = nullptr;
+    std::mutex mu;
+    std::condition_variable all_done;
+
+    void drain() {
+      for (int64_t u; (u = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+        (*work)(u);
+        if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
+          std::lock_guard<std::mutex> lock(mu);
+          all_done.notify_all();
+        }
+      }
+    }
+  };
+  auto shared = std::make_shared<Shared>();
+  shared->n = n;
+  shared->work = &work;
+  const int64_t helpers = std::min<int64_t>(pool.num_threads(), n) - 1;
+  for (int64_t i = 0; i < helpers; ++i) pool.Schedule([shared] { shared->drain(); });
+  shared->drain();
+  std::unique_lock<std::mutex> lock(shared->mu);
+  shared->all_done.wait(lock, [&] { return shared->done.load(std::memory_order_acquire) == n; });
+}
+
+// ------------------------------------------------------------------------ the handler
+
+struct Unit {
+  int r, kvh, seg;
+};
+
+ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
+                                ffi::BufferR3<ffi::BF16> q,          // [NQ*R, Hq, D]
                                 ffi::BufferR4<ffi::BF16> kv_cache,   // [blocks, Hkv, 16, 2D]
                                 ffi::BufferR2<ffi::S32> block_table,  // [>=R, P]
                                 ffi::BufferR1<ffi::S32> seq_lens,     // [>=R]
@@ -179,28 +422,53 @@ ffi::Error verify_attention_cpu(ffi::BufferR3<ffi::BF16> q,          // [NQ*R, H
                                 int32_t /*merge_pdl*/, int32_t /*merge_by_lane*/) {
   Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
-                              seq_lens.dimensions(), part_o->dimensions(),
-                              part_ml->dimensions(), scale, window, tokens, num_splits,
-                              num_reqs_static, &p);
+                                   seq_lens.dimensions(), part_o->dimensions(),
+                                   part_ml->dimensions(), scale, window, tokens, num_splits,
+                                   num_reqs_static, &p);
   if (status.failure()) return status;
-  const Inputs in{q.typed_data(), kv_cache.typed_data(), block_table.typed_data(),
-                  part_o->typed_data(), part_ml->typed_data()};
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: head dim must be 64 or "
+                                       "128, got " + std::to_string(p.head_dim));
+  const Inputs in{q.typed_data(),         kv_cache.typed_data(), block_table.typed_data(),
+                  part_o->typed_data(),   part_ml->typed_data(), out->typed_data()};
+  const SplitSegment split = pick_split_segment(p.head_dim);
+
   // Requests at or past num_reqs are padding: no key, nothing read, zero rows.
   const int real = real_requests(p.num_reqs_static, num_reqs.typed_data(), p.num_requests);
-  for (int r = 0; r < p.num_requests; ++r) {
-    const int raw_len = r < real ? seq_lens.typed_data()[r] : 0;
-    const RequestGeometry g =
-        request_geometry(raw_len, p.capacity(), p.tokens, p.window, p.num_splits);
+  std::vector<RequestGeometry> geometry(p.num_requests);
+  for (int r = 0; r < p.num_requests; ++r)
+    geometry[r] = request_geometry(r < real ? seq_lens.typed_data()[r] : 0, p.capacity(),
+                                   p.tokens, p.window, p.num_splits);
+
+  // Units in group order; a group without keys still gets one (its merge writes zero rows).
+  // pending[group]: its units not yet done; the one that finishes last merges the group.
+  std::vector<Unit> units;
+  std::unique_ptr<std::atomic<int>[]> pending(new std::atomic<int>[p.groups()]);
+  for (int r = 0; r < p.num_requests; ++r)
     for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
-      for (int seg = 0; seg < g.num_segments; ++seg) split_segment(p, in, g, r, kvh, seg);
-      merge_group(p, in, g, r, kvh, out->typed_data());
+      const int n = std::max(geometry[r].num_segments, 1);
+      pending[r * p.num_kv_heads + kvh].store(n, std::memory_order_relaxed);
+      for (int seg = 0; seg < n; ++seg) units.push_back(Unit{r, kvh, seg});
     }
-  }
+  parallel_for(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
+    const Unit u = units[i];
+    const RequestGeometry& g = geometry[u.r];
+    if (u.seg < g.num_segments) {
+      Scratch& sc = thread_scratch();
+      sc.fit(p.rows(), p.head_dim);
+      split(p, in, g, u.r, u.kvh, u.seg, sc);
+    }
+    // acq_rel: the merging thread sees every partial the group's other units wrote.
+    if (pending[u.r * p.num_kv_heads + u.kvh].fetch_sub(1, std::memory_order_acq_rel) == 1)
+      merge_group(p, in, g, u.r, u.kvh);
+  });
   return ffi::Error::Success();
 }
 
 }  // namespace
 }  // namespace muse_attn
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(MuseVerifyAttentionCpu, muse_attn::verify_attention_cpu,
-                              muse_attn::bind_verify_attention(xla::ffi::Ffi::Bind()));
+// XLA's intra-op thread pool comes first, before the operands every platform binds.
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    MuseVerifyAttentionCpu, muse_attn::verify_attention_cpu,
+    muse_attn::bind_verify_attention(xla::ffi::Ffi::Bind().Ctx<xla::ffi::ThreadPool>()));
