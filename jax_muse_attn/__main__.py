@@ -61,7 +61,8 @@ def expected_output(q, kv, table, lens, *, scale, window, tokens=TOKENS):
             p = np.where(seen[:, None, :], np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
             l = p.sum(axis=-1, keepdims=True)
             o = np.einsum("tjk,kd->tjd", p, cache[:, d:])
-            out[tokens * r: tokens * (r + 1), g * qpk: (g + 1) * qpk] = np.where(l > 0, o / np.where(l > 0, l, 1), 0)
+            got = np.where(l > 0, o / np.where(l > 0, l, 1), 0)
+            out[tokens * r: tokens * (r + 1), g * qpk: (g + 1) * qpk] = got
     return out
 
 

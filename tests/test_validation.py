@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import jax_muse_attn
+from conftest import assert_close, bits, make_case
 from jax_muse_attn import reference as ref_mod
 
 R, NQ, HQ, HKV, D, P, NB = 2, 8, 16, 2, 64, 4, 12
@@ -303,10 +304,6 @@ def test_window_near_int32_limit_is_full_attention(backend, window):
     """A window past every key (up to int32's limit) sees what full attention sees, also for
     requests shorter than their new tokens, where position - window + 1 is near int32's lower
     limit."""
-    import sys
-    sys.path.insert(0, __import__("os").path.dirname(__file__))
-    from conftest import assert_close, bits, make_case
-
     rng = np.random.default_rng(window)
     c = make_case(rng, 4, [3, 1, 40, 64], P=P)
     c.window = window
@@ -353,10 +350,6 @@ NUM_REQS_DTYPES = [
 def test_num_reqs_of_any_integer_dtype_is_clamped_not_wrapped(backend, dtype, value, count, traced):
     """A num_reqs array of another integer dtype is clamped to [0, R] in its own dtype before it
     becomes int32: the output is the one of the count it stands for, bitwise."""
-    import sys
-    sys.path.insert(0, __import__("os").path.dirname(__file__))
-    from conftest import bits, make_case
-
     c = make_case(np.random.default_rng(5), R, [100, 37], P=P, num_reqs=count)
     want = c.run(backend, num_reqs=count)
     with jax.enable_x64(dtype.endswith("64")):
@@ -368,10 +361,6 @@ def test_num_reqs_of_any_integer_dtype_is_clamped_not_wrapped(backend, dtype, va
 
 def test_num_reqs_numpy_array_past_int32_is_clamped(backend):
     """Host data (a numpy 0-d array) is clamped before JAX could narrow it."""
-    import sys
-    sys.path.insert(0, __import__("os").path.dirname(__file__))
-    from conftest import bits, make_case
-
     c = make_case(np.random.default_rng(6), R, [100, 37], P=P)
     want = c.run(backend, num_reqs=R)
     for value, count in ((np.array(2**32 + 1, np.int64), R), (np.array(-(2**40), np.int64), 0),
