@@ -20,6 +20,25 @@ PAGE_SIZE = 16  # keys a KV-cache block
 TILE_KEYS = 64  # keys a tile of the split scheme
 SUPPORTED_HEAD_DIMS = (64, 128)
 MAX_TOKENS_PER_REQUEST = 16
+INT32_MAX = 2**31 - 1
+LOG2E = np.float32(1.4426950408889634)  # the kernels' kLog2e (ffi/muse_attn/softmax_state.h)
+# The kernels take scale * log2(e) as a float32: it must be a finite normal number.
+SCALE_MIN = float(np.finfo(np.float32).tiny)
+
+
+def _largest_scale() -> float:
+    with np.errstate(over="ignore"):
+        s = np.finfo(np.float32).max / LOG2E
+        while not np.isfinite(s * LOG2E):
+            s = np.nextafter(s, np.float32(0))
+        while np.isfinite(np.nextafter(s, np.float32(np.inf)) * LOG2E):
+            s = np.nextafter(s, np.float32(np.inf))
+    return float(s)
+
+
+SCALE_MAX = _largest_scale()
+# Key positions (16 * pages, plus a window and a tile of slack) are int32 in the kernels.
+MAX_PAGES = 2**26
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,13 +105,18 @@ def check_static(scale, window, tokens_per_request) -> tuple[float, int]:
     """Checks the static (hashable) arguments; returns (scale, window as int, 0 = full)."""
     if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
         _fail(TypeError, "scale", "a Python float", f"{type(scale).__name__} {scale!r}")
-    if not math.isfinite(float(scale)) or float(scale) <= 0:
-        _fail(ValueError, "scale", "a finite float > 0", repr(scale))
+    with np.errstate(over="ignore", under="ignore"):
+        scale32 = np.float32(scale)
+        normal = np.isfinite(scale32 * LOG2E) and scale32 >= SCALE_MIN
+    if not (math.isfinite(float(scale)) and normal):
+        _fail(ValueError, "scale", f"a float in [{SCALE_MIN:.4g}, {SCALE_MAX:.4g}] (the kernels "
+              "take scale * log2(e) as a finite normal float32)",
+              f"{scale!r} (as float32: {float(scale32)!r})")
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, numbers.Integral):
             _fail(TypeError, "window", "None or a Python int", f"{type(window).__name__} {window!r}")
-        if window < 1:
-            _fail(ValueError, "window", "None (full attention) or an int >= 1", window)
+        if not 1 <= window <= INT32_MAX:
+            _fail(ValueError, "window", f"None (full attention) or an int in [1, {INT32_MAX}]", window)
     if isinstance(tokens_per_request, bool) or not isinstance(tokens_per_request, numbers.Integral):
         _fail(TypeError, "tokens_per_request", "a Python int", repr(tokens_per_request))
     if not 1 <= tokens_per_request <= MAX_TOKENS_PER_REQUEST:
@@ -141,12 +165,17 @@ def check_inputs(q, kv_cache, block_table, seq_lens, *, scale, window, tokens_pe
     if block_table.shape[0] < r:
         _fail(ValueError, "block_table.shape[0]", f">= {r} (one row per request of q)",
               f"shape {tuple(block_table.shape)}")
-    if block_table.shape[1] < 1:
-        _fail(ValueError, "block_table.shape[1]", ">= 1 page", f"shape {tuple(block_table.shape)}")
+    pages = block_table.shape[1]
+    if not 1 <= pages <= MAX_PAGES:
+        _fail(ValueError, "block_table.shape[1] (pages)", f"in [1, {MAX_PAGES}]",
+              f"shape {tuple(block_table.shape)}")
     if seq_lens.shape[0] < r:
         _fail(ValueError, "seq_lens.shape[0]", f">= {r} (one per request of q)", f"shape {tuple(seq_lens.shape)}")
+    # A window of at least 16 * pages keys hides no key from any token: pass the smallest such
+    # window on, so that no backend computes qpos - window near the int32 limit.
+    win = min(win, pages * PAGE_SIZE)
     return Shapes(num_requests=r, tokens=nq, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
-                  num_blocks=blocks, pages=block_table.shape[1], window=win, q_rank=q.ndim)
+                  num_blocks=blocks, pages=pages, window=win, q_rank=q.ndim)
 
 
 def static_num_reqs(num_reqs, num_requests: int) -> int:
@@ -160,20 +189,30 @@ def static_num_reqs(num_reqs, num_requests: int) -> int:
 
 
 def normalize_num_reqs(num_reqs, num_requests: int) -> jax.Array:
-    """None -> R; a Python int is checked against [0, R]; a traced scalar is passed on as int32
-    (the kernels clamp it to [0, R] at run time)."""
+    """num_reqs as the int32 scalar the kernels take. None -> R; a Python int is checked against
+    [0, R]; an integer array scalar of any dtype (traced or not) is clamped to [0, R] in its own
+    dtype before the cast, so that a value past int32 (uint32 2**32 - 1, int64 under x64) can
+    not wrap into another count. bool is refused, as a Python bool is."""
+    expected = "None, a Python int in [0, R] or an integer scalar array"
     if num_reqs is None:
         return jnp.asarray(num_requests, jnp.int32)
-    if isinstance(num_reqs, bool):
-        _fail(TypeError, "num_reqs", "None, a Python int or an int32 scalar", "bool")
+    if isinstance(num_reqs, (bool, np.bool_)):
+        _fail(TypeError, "num_reqs", expected, type(num_reqs).__name__)
     if isinstance(num_reqs, numbers.Integral):
         if not 0 <= num_reqs <= num_requests:
             _fail(ValueError, "num_reqs", f"in [0, {num_requests}] (R = requests of q)", num_reqs)
         return jnp.asarray(int(num_reqs), jnp.int32)
     if not hasattr(num_reqs, "dtype") or not hasattr(num_reqs, "shape"):
-        _fail(TypeError, "num_reqs", "None, a Python int or an int32 scalar", type(num_reqs).__name__)
-    if not jnp.issubdtype(num_reqs.dtype, jnp.integer):
-        _fail(TypeError, "num_reqs", "an integer scalar", _dtype_name(num_reqs))
+        _fail(TypeError, "num_reqs", expected, type(num_reqs).__name__)
+    dtype = np.dtype(num_reqs.dtype)
+    if not np.issubdtype(dtype, np.integer):
+        _fail(TypeError, "num_reqs", "an integer scalar (bool and floats are refused)", _dtype_name(num_reqs))
     if tuple(num_reqs.shape) != ():
         _fail(ValueError, "num_reqs", "a scalar (shape ())", f"shape {tuple(num_reqs.shape)}")
-    return jnp.asarray(num_reqs).astype(jnp.int32)
+    if isinstance(num_reqs, np.ndarray):  # host data: clamp before jnp could narrow it
+        return jnp.asarray(min(max(int(num_reqs), 0), num_requests), jnp.int32)
+    info = np.iinfo(dtype)
+    if info.min >= -(2**31) and info.max <= INT32_MAX:  # every value fits: the kernels clamp
+        return num_reqs.astype(jnp.int32)
+    lo, hi = jnp.asarray(0, dtype), jnp.asarray(num_requests, dtype)  # both fit any such dtype
+    return jnp.clip(num_reqs, lo, hi).astype(jnp.int32)

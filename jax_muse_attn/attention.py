@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import numbers
 import os
@@ -99,11 +100,13 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
       block_table: int32 ``[>= R, P]``: key ``k`` of request ``r`` is in block
         ``block_table[r, k // 16]``, slot ``k % 16``.
       seq_lens: int32 ``[>= R]``: keys of each request, including its NQ new tokens.
-      scale: softmax scale (static Python float).
-      window: None for full attention, or the sliding window (static int >= 1): token at
-        position ``p`` sees keys ``p - window < k <= p``.
-      num_reqs: requests that are real (None = R, a Python int in [0, R], or a traced int32
-        scalar); the others are padding: zero rows, nothing of theirs is read.
+      scale: softmax scale (static Python float; the kernels take ``scale * log2(e)`` as a
+        float32, so it must be in [1.2e-38, 2.4e38]).
+      window: None for full attention, or the sliding window (static int in [1, 2**31 - 1]):
+        token at position ``p`` sees keys ``p - window < k <= p``.
+      num_reqs: requests that are real (None = R, a Python int in [0, R], or an integer scalar
+        array, traced or not, of any integer dtype: clamped to [0, R] without wrapping); the
+        others are padding: zero rows, nothing of theirs is read.
       backend: "auto" (this platform's kernel where one is built, else the reference, with a
         RuntimeWarning on a GPU), "ffi" (RuntimeError where no kernel is built), or "reference".
       tokens_per_request: NQ, new tokens a request (static, 1..16; Muse Spark verifies 8).
@@ -112,6 +115,12 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
 
     Returns:
       bf16 array of q's shape.
+
+    Scores (``scale * log2(e) * q.K``) and ``P.V`` sums must fit float32; a row whose score
+    overflows to +inf comes out NaN (README, Semantics). ``jax.vmap`` over a leading batch axis
+    of any argument runs one call of batch x R requests. There is no derivative: ``jax.grad``
+    and ``jax.jvp`` raise NotImplementedError; :func:`jax_muse_attn.reference.verify_attention`
+    is the differentiable form.
     """
     _validate.check_static(scale, window, tokens_per_request)
     _check_num_splits("verify_attention", num_splits)
@@ -170,8 +179,12 @@ def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num
 
 @functools.partial(jax.jit, static_argnames=("shapes", "scale"))
 def _reference_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale):
-    return _partitioning.partitioned(_reference_kernel, q, kv_cache, block_table, seq_lens, num_reqs,
-                                     shapes=shapes, static=(scale,))
+    def run(q, kv, bt, sl, nr, shapes, num_reqs_static):
+        del num_reqs_static  # the reference reads num_reqs either way
+        return _partitioning.partitioned(_reference_kernel, q, kv, bt, sl, nr, shapes=shapes,
+                                         static=(scale,))
+    return _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes,
+                           num_reqs_static=-1)
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "scale", "num_splits", "num_reqs_static",
@@ -182,6 +195,90 @@ def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale, num
     num_reqs_static: num_reqs when known at trace time (the kernels then skip reading it, one
     dependent memory round trip less at their start), else -1. overrides: MUSE_ATTN_LAUNCH's
     value when traced (it keys the cache)."""
-    return _partitioning.partitioned(
-        _ffi_kernel, q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes,
-        static=(scale, num_splits, platform, num_reqs_static, overrides))
+    def run(q, kv, bt, sl, nr, shapes, num_reqs_static):
+        return _partitioning.partitioned(
+            _ffi_kernel, q, kv, bt, sl, nr, shapes=shapes,
+            static=(scale, num_splits, platform, num_reqs_static, overrides))
+    return _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes,
+                           num_reqs_static=num_reqs_static)
+
+
+# ------------------------------------------------------------------ differentiation and vmap
+# custom_partitioning has neither a differentiation nor a batching rule. The call refuses the
+# first with an error that names the differentiable reference, and batches by folding the batch
+# axis into the requests: one call of B*R requests.
+
+NOT_DIFFERENTIABLE = (
+    "jax_muse_attn.verify_attention is an inference kernel: it has no derivative (jax.grad, "
+    "jax.vjp, jax.jvp, jax.linearize). To differentiate verify attention, call "
+    "jax_muse_attn.reference.verify_attention (the same computation in pure jnp, "
+    "differentiable with respect to q and kv_cache); if no gradient should flow through this "
+    "call, wrap its inputs in jax.lax.stop_gradient.")
+
+
+def _refuse_derivative(primals, tangents):
+    raise NotImplementedError(NOT_DIFFERENTIABLE)
+
+
+def _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, num_reqs_static):
+    """run(q, kv, bt, sl, nr, shapes, num_reqs_static) -> out, refusing derivatives and batching
+    by folding; the forward computation is run itself."""
+    call = jax.custom_jvp(_batchable(run, shapes, num_reqs_static))
+    call.defjvp(_refuse_derivative)
+    return call(q, kv_cache, block_table, seq_lens, num_reqs)
+
+
+def _batchable(run, shapes: _validate.Shapes, num_reqs_static: int):
+    """run on these shapes, with a jax.vmap rule that folds a leading batch axis into requests."""
+
+    @jax.custom_batching.custom_vmap
+    def call(q, kv_cache, block_table, seq_lens, num_reqs):
+        return run(q, kv_cache, block_table, seq_lens, num_reqs, shapes, num_reqs_static)
+
+    @call.def_vmap
+    def fold(size, in_batched, q, kv_cache, block_table, seq_lens, num_reqs):
+        args = _fold(shapes, num_reqs_static, size, in_batched, q, kv_cache, block_table,
+                     seq_lens, num_reqs)
+        folded = dataclasses.replace(shapes, num_requests=size * shapes.num_requests,
+                                     num_blocks=args[1].shape[0])
+        # Every folded request is real (padding became requests with no key): a static count,
+        # and an outer vmap folds again through this same rule.
+        out = _batchable(run, folded, folded.num_requests)(*args)
+        return out.reshape((size,) + q.shape[1 if in_batched[0] else 0:]), True
+
+    return call
+
+
+def _fold(s: _validate.Shapes, num_reqs_static, size, in_batched, q, kv_cache, block_table,
+          seq_lens, num_reqs):
+    """The arguments of one call of size * R requests equal to `size` calls (batched arguments
+    have the batch axis first; the others are shared by every element). Element b's requests
+    are requests b*R .. b*R + R - 1. A batched cache is concatenated along its blocks and each
+    element's valid block ids are offset into its own part; an id that is invalid for its own
+    cache stays invalid (-1), so no element can read another's blocks. Padding requests
+    (r >= num_reqs) get seq_len 0: no key, nothing read, an exactly zero output row."""
+    q_b, kv_b, bt_b, sl_b, nr_b = in_batched
+    r, nb = s.num_requests, s.num_blocks
+
+    def batch(x, batched):
+        return x if batched else jnp.broadcast_to(x, (size,) + x.shape)
+
+    q = batch(q, q_b)
+    q = q.reshape((size * q.shape[1],) + q.shape[2:])
+    bt = batch(block_table[..., :r, :], bt_b)  # [size, R, P]
+    if kv_b:
+        if size * nb > _validate.INT32_MAX:
+            raise ValueError(
+                f"verify_attention under jax.vmap: kv_cache must fold into at most "
+                f"{_validate.INT32_MAX} blocks (int32 block ids), got a batch of {size} caches of "
+                f"{nb} blocks = {size * nb}; batch fewer caches, or share one cache and "
+                "batch the block tables")
+        offset = (jnp.arange(size, dtype=jnp.int32) * nb)[:, None, None]
+        bt = jnp.where((bt >= 0) & (bt < nb), bt + offset, -1)
+        kv_cache = kv_cache.reshape((size * nb,) + kv_cache.shape[2:])
+    sl = batch(seq_lens[..., :r], sl_b)  # [size, R]
+    if nr_b or num_reqs_static != r:
+        real = jnp.arange(r)[None, :] < jnp.clip(num_reqs, 0, r)[..., None]  # [size or 1, R]
+        sl = jnp.where(real, sl, 0)
+    return (q, kv_cache, bt.reshape(size * r, bt.shape[-1]), sl.reshape(size * r),
+            jnp.asarray(size * r, jnp.int32))

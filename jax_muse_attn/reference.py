@@ -4,21 +4,29 @@ Jit-able, static shapes. It reads the cache through the block table like the ker
 only live block-table entries are used (stale ones are clamped to block 0 before the gather and
 their keys masked), and poisoned slots (NaN/Inf past seq_len, before a window, in absent
 blocks) are removed with selects, never by multiplying with a mask, so they cannot reach the
-output. Scores and softmax in float32; P.V in float32 (the kernels round P to bf16 first).
+output. Scores and softmax in float32 in the exp2 domain, as the kernels compute them; P.V in
+float32 (the kernels round P to bf16 first). Outside the fp32 range (a score or a P.V sum that
+overflows) it gives what the kernels give: NaN for a row whose score overflowed to +inf.
+
+Unlike :func:`jax_muse_attn.verify_attention`, this is plain jnp: differentiable with respect to
+q and kv_cache (``jax.grad``, ``jax.jvp``) and batchable with ``jax.vmap``, but not partitioned
+by the tensor-parallel rules (under a head-sharded mesh XLA partitions it like any jnp code).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_muse_attn import _validate
-from jax_muse_attn._validate import PAGE_SIZE
+from jax_muse_attn._validate import LOG2E, PAGE_SIZE
 
 
 def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, num_reqs=None,
                      tokens_per_request=8):
-    """Same contract as :func:`jax_muse_attn.verify_attention`, without ``backend``."""
+    """Same contract as :func:`jax_muse_attn.verify_attention`, without ``backend`` and
+    ``num_splits``; differentiable with respect to q and kv_cache."""
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
                                     tokens_per_request=tokens_per_request)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
@@ -55,17 +63,23 @@ def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validat
     k, v = kv[..., : s.head_dim], kv[..., s.head_dim:]  # [R, K, Hkv, D]
 
     qf = q.reshape(s.num_requests, s.tokens, s.num_kv_heads, s.qpk, s.head_dim).astype(jnp.float32)
-    scores = jnp.einsum("rthgd,rkhd->rthgk", qf, k, precision=jax.lax.Precision.HIGHEST) * scale
+    # Scores in the exp2 domain with the kernels' float32 factor, so that a score overflows
+    # fp32 exactly where theirs does.
+    scale_log2 = np.float32(scale) * LOG2E
+    scores = jnp.einsum("rthgd,rkhd->rthgk", qf, k, precision=jax.lax.Precision.HIGHEST) * scale_log2
     qpos = ctx[:, None] + jnp.arange(s.tokens)[None, :]  # [R, NQ]
     vis = present[:, None, :] & (key[:, None, :] <= qpos[:, :, None])  # [R, NQ, K]
     if s.window:
         vis = vis & (qpos[:, :, None] - key[:, None, :] < s.window)
     vis = vis[:, :, None, None, :]
     scores = jnp.where(vis, scores, -jnp.inf)
-    m = jnp.max(scores, axis=-1, keepdims=True)
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
-    p = jnp.where(vis, jnp.exp(scores - m), 0.0)
+    # As in the kernels: only a row with no visible key (max -inf) subtracts 0; a +inf score
+    # makes its row NaN, a -inf one drops its key. The max cancels out: no gradient through it.
+    m = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
+    m = jnp.where(m == -jnp.inf, 0.0, m)
+    p = jnp.where(vis, jnp.exp2(scores - m), 0.0)
     l = jnp.sum(p, axis=-1)
     o = jnp.einsum("rthgk,rkhd->rthgd", p, v, precision=jax.lax.Precision.HIGHEST)
-    out = jnp.where(l[..., None] > 0, o / jnp.where(l > 0, l, 1.0)[..., None], 0.0)
+    # l == 0: no key, an exact zero row; a NaN l (overflow above) keeps the row NaN.
+    out = jnp.where(l[..., None] == 0, 0.0, o / jnp.where(l == 0, 1.0, l)[..., None])
     return out.astype(q.dtype).reshape(q.shape)

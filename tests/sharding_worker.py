@@ -25,7 +25,7 @@ import jax_muse_attn  # noqa: E402
 from jax_muse_attn import attention, sharding  # noqa: E402
 
 RESULTS: dict[str, dict] = {}
-RESULT_MARKER = "MUSE_RESULTS "  # jax may print to stdout too (jax 0.11 prints source locations)
+RESULT_MARKER = "MUSE_RESULTS "  # jax may print to stdout too (source locations)
 NQ, D, PAGE = 8, 64, 16
 
 
@@ -193,6 +193,27 @@ def _():
         out, txt = sharded_run(f, mesh, (q, kv, bt, sl), ins)
         bitwise(out, vf(q, kv, bt, sl))
         no_collectives(txt)
+
+
+@check("vmap_tp8")
+def _():
+    # jax.vmap folds a batch of caches into one call; the fold keeps the heads sharded.
+    mesh = mesh_of(8)
+    cases = [case(2, 128, 16, seed=s) for s in range(2)]
+    q, kv, bt, sl = (jnp.stack(x) for x in zip(*cases))
+    shapes = []
+    for backend in ("reference", "ffi"):
+        one = functools.partial(jax_muse_attn.verify_attention, scale=0.125, window=40,
+                                backend=backend)
+        ref = jnp.stack([one(*c) for c in cases])
+        out, txt = sharded_run(jax.vmap(one), mesh, (q, kv, bt, sl),
+                               (P(None, None, "tp", None), P(None, None, "tp", None, None), P(), P()),
+                               P(None, None, "tp", None))
+        bitwise(out, ref)
+        no_collectives(txt)
+        shapes += sharding.custom_call_q_shapes(txt)
+    assert shapes == [f"bf16[{2 * 2 * NQ},16,{D}]"], shapes
+    return f"custom call q {shapes[0]}"
 
 
 @check("gspmd_tp8")

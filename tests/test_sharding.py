@@ -3,7 +3,7 @@
 The checks run in one subprocess (tests/sharding_worker.py), since the host device count
 (XLA_FLAGS) must be set before jax initializes and the rest of the suite already imported it.
 Each test below asserts one of the worker's checks: TP8 (128/16 heads), TP4, TP2, full and SWA,
-traced num_reqs, 2-D q, GSPMD, the shard_map form, both backends; every sharded result bitwise
+traced num_reqs, 2-D q, GSPMD, the shard_map form, jax.vmap, both backends; every sharded result bitwise
 equal to the unsharded call, no collectives in the compiled HLO, local head counts at the
 custom call; and the refused shardings.
 """
@@ -28,6 +28,7 @@ CHECKS = [
     "default_splits_from_local_shapes",
     "shard_map_tp8",
     "dp2_shard_map_tp4_auto",
+    "vmap_tp8",
     "gspmd_tp8",
     *(f"error_{e}_{b}" for b in ("reference", "ffi") for e in (
         "kv_replicated", "q_replicated", "q_rows_sharded", "kv_blocks_sharded", "kv_other_axis",
@@ -64,7 +65,7 @@ def test_no_unlisted_checks(results):
 
 
 def test_tp_gpu_check_script_cpu_dry_run():
-    """scripts/tp_gpu_check.py (the TP check run on the GPU machines) on 4 CPU host devices:
+    """tools/tp_gpu_check.py (the TP check run on the GPU machines) on 4 CPU host devices:
     the script itself stays runnable, and its checks (bitwise vs unsharded, no collectives, local
     head counts) pass."""
     script = os.path.join(HERE, "..", "tools", "tp_gpu_check.py")

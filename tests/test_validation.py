@@ -1,12 +1,15 @@
 """Trace-time refusals (the spec's "Inputs"; README.md, Semantics): every bad static property gives a TypeError /
 ValueError naming the argument, eagerly and under jit, for every backend."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jax_muse_attn
+from conftest import assert_close, bits, make_case
 from jax_muse_attn import reference as ref_mod
 
 R, NQ, HQ, HKV, D, P, NB = 2, 8, 16, 2, 64, 4, 12
@@ -87,7 +90,13 @@ STATIC_CASES = [
     ("num_reqs str", dict(num_reqs="1"), TypeError, r"num_reqs"),
     ("num_reqs float array", dict(num_reqs=jnp.float32(1)), TypeError, r"num_reqs"),
     ("num_reqs vector", dict(num_reqs=jnp.array([1], jnp.int32)), ValueError, r"num_reqs"),
+    ("num_reqs bool array", dict(num_reqs=jnp.bool_(True)), TypeError, r"num_reqs.*bool"),
+    ("num_reqs numpy bool", dict(num_reqs=np.bool_(True)), TypeError, r"num_reqs.*bool"),
     ("scale 0", dict(scale=0.0), ValueError, r"scale"),
+    ("scale past float32", dict(scale=1e39), ValueError, r"scale.*float32.*1e\+39.*inf"),
+    ("scale x log2e past float32", dict(scale=3e38), ValueError, r"scale.*log2"),
+    ("scale numpy past float32", dict(scale=np.float64(-1e39) * -1), ValueError, r"scale.*float32"),
+    ("scale under float32", dict(scale=1e-50), ValueError, r"scale.*float32.*1e-50.*0\.0"),
     ("scale negative", dict(scale=-0.1), ValueError, r"scale"),
     ("scale nan", dict(scale=float("nan")), ValueError, r"scale"),
     ("scale inf", dict(scale=float("inf")), ValueError, r"scale"),
@@ -99,6 +108,8 @@ STATIC_CASES = [
     ("window negative", dict(window=-5), ValueError, r"window"),
     ("window float", dict(window=2048.0), TypeError, r"window"),
     ("window bool", dict(window=True), TypeError, r"window"),
+    ("window past int32", dict(window=2**31), ValueError, r"window.*2147483647.*2147483648"),
+    ("window huge", dict(window=10**30), ValueError, r"window"),
     ("NQ 0", dict(tokens_per_request=0), ValueError, r"tokens_per_request"),
     ("NQ 17", dict(tokens_per_request=17), ValueError, r"tokens_per_request"),
     ("NQ float", dict(tokens_per_request=8.0), TypeError, r"tokens_per_request"),
@@ -249,3 +260,111 @@ def test_auto_backend_says_when_a_gpu_falls_back_to_the_reference(monkeypatch):
         assert attention.resolve_backend("reference") == ("reference", "ROCM")
         monkeypatch.setattr(_ffi, "current_platform", lambda: "cpu")
         assert attention.resolve_backend("auto") == ("reference", "cpu")
+
+
+def _all_error_cases():
+    for name, over, kw, exc, _ in ARRAY_CASES:
+        yield name, over, kw, exc
+    for name, kw, exc, _ in STATIC_CASES:
+        yield name, {}, kw, exc
+    for name, kw, exc, _ in FFI_ONLY:
+        yield name, {}, {"backend": "ffi", **kw}, exc
+
+
+@pytest.mark.parametrize("name,over,kw,exc", list(_all_error_cases()),
+                         ids=[c[0] for c in _all_error_cases()])
+def test_every_message_names_argument_expected_and_actual(name, over, kw, exc):
+    """"verify_attention: <argument> must be <expected>, got <actual>" for every refusal."""
+    kw = {"backend": "reference", **kw}
+    with pytest.raises(exc) as e:
+        _call(kw.pop("backend"), {**_good(), **over}, **kw)
+    assert re.match(r"verify_attention: \S.* must be \S.*, got \S", str(e.value)), str(e.value)
+
+
+def test_scale_is_checked_as_float32():
+    """The kernels take scale * log2(e) as a normal float32: the ends of that range are accepted
+    (and give finite rows), one float past either end is refused before anything runs."""
+    from jax_muse_attn import _validate
+
+    g = _good()
+    lo, hi = _validate.SCALE_MIN, _validate.SCALE_MAX
+    assert np.isfinite(np.float32(hi) * _validate.LOG2E) and 1e38 < hi < 3e38
+    for ok in (lo, hi, np.float32(0.5), np.float16(0.5)):
+        for backend in ("reference", "ffi"):
+            out = jax_muse_attn.verify_attention(**g, scale=ok, backend=backend)
+            assert not np.isnan(np.asarray(out).astype(np.float32)).any(), (ok, backend)
+    for bad in (float(np.nextafter(np.float32(hi), np.float32(np.inf))), float(np.finfo(np.float32).max),
+                float(np.nextafter(np.float32(lo), np.float32(0))), 1e-50):
+        with pytest.raises(ValueError, match="scale"):
+            jax_muse_attn.verify_attention(**g, scale=bad)
+
+
+@pytest.mark.parametrize("window", [2**31 - 1, 2**31 - 9, 2**20])
+def test_window_near_int32_limit_is_full_attention(backend, window):
+    """A window past every key (up to int32's limit) sees what full attention sees, also for
+    requests shorter than their new tokens, where position - window + 1 is near int32's lower
+    limit."""
+    rng = np.random.default_rng(window)
+    c = make_case(rng, 4, [3, 1, 40, 64], P=P)
+    c.window = window
+    out = c.run(backend)
+    assert_close(out, c.oracle(), q_shape=c.q.shape)
+    c.window = None
+    np.testing.assert_array_equal(bits(out), bits(c.run(backend)))
+
+
+def test_block_table_width_past_int32_keys_is_refused():
+    """16 keys a page must stay addressable in int32 with room for a window: more pages than
+    MAX_PAGES are refused (abstract shapes: nothing is allocated)."""
+    from jax_muse_attn import _validate
+
+    for backend in ("reference", "ffi"):
+        bt = jax.ShapeDtypeStruct((R, _validate.MAX_PAGES + 1), jnp.int32)
+        g = _good()
+        f = lambda q, kv, bt, sl: jax_muse_attn.verify_attention(q, kv, bt, sl, scale=0.1,  # noqa: E731
+                                                                backend=backend)
+        with pytest.raises(ValueError, match=r"block_table\.shape\[1\] \(pages\) must be in \[1, 67108864\]"):
+            jax.eval_shape(f, g["q"], g["kv_cache"], bt, g["seq_lens"])
+
+
+# (dtype, value, the count it stands for with R = 2); 64-bit dtypes under x64
+NUM_REQS_DTYPES = [
+    ("uint32", 2**32 - 1, R),  # a plain cast would wrap to -1: all padding
+    ("uint32", 2**31, R),
+    ("uint8", 255, R),
+    ("uint16", 1, 1),
+    ("int8", -1, 0),
+    ("int8", 127, R),
+    ("int16", -300, 0),
+    ("int32", 1, 1),
+    ("int64", 2**32 + 1, R),  # a plain cast would wrap to 1
+    ("int64", -(2**40), 0),
+    ("uint64", 2**63, R),
+    ("int64", 1, 1),
+]
+
+
+@pytest.mark.parametrize("traced", [True, False], ids=["traced", "concrete"])
+@pytest.mark.parametrize("dtype,value,count", NUM_REQS_DTYPES,
+                         ids=[f"{d} {v}" for d, v, _ in NUM_REQS_DTYPES])
+def test_num_reqs_of_any_integer_dtype_is_clamped_not_wrapped(backend, dtype, value, count, traced):
+    """A num_reqs array of another integer dtype is clamped to [0, R] in its own dtype before it
+    becomes int32: the output is the one of the count it stands for, bitwise."""
+    c = make_case(np.random.default_rng(5), R, [100, 37], P=P, num_reqs=count)
+    want = c.run(backend, num_reqs=count)
+    with jax.enable_x64(dtype.endswith("64")):
+        n = jnp.asarray(value, dtype)
+        assert n.dtype == np.dtype(dtype) and int(n) == value
+        out = jax.jit(lambda n: c.run(backend, num_reqs=n))(n) if traced else c.run(backend, num_reqs=n)
+    np.testing.assert_array_equal(bits(out), bits(want))
+
+
+def test_num_reqs_numpy_array_past_int32_is_clamped(backend):
+    """Host data (a numpy 0-d array) is clamped before JAX could narrow it."""
+    c = make_case(np.random.default_rng(6), R, [100, 37], P=P)
+    want = c.run(backend, num_reqs=R)
+    for value, count in ((np.array(2**32 + 1, np.int64), R), (np.array(-(2**40), np.int64), 0),
+                         (np.array(2**32 - 1, np.uint32), R)):
+        np.testing.assert_array_equal(bits(c.run(backend, num_reqs=value)),
+                                      bits(c.run(backend, num_reqs=count)))
+    np.testing.assert_array_equal(bits(c.run(backend, num_reqs=np.array(R, np.int64))), bits(want))
