@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the GPU *compile* checks need (no GPU): run as root, idempotent, quiet.
-#   HIP gfx942: clang-19 + lld-19 + llvm-19 (llvm-dis/llvm-as), libclang-rt-19-dev (CMake's HIP
-#               language wants its builtins: test_rocm_handler_builds) and Debian's HIP headers and
-#               device libraries. The missing oclc_isa_version_942.bc (and _950) is generated on
-#               demand by jax_muse_attn/tools/gpu_compile_check.py into
+#   HIP gfx942: clang-19 + lld-19 + llvm-19 (llvm-dis/llvm-as); for the ROCm handler's CMake build
+#               (test_rocm_handler_builds) clang-tools-19 (clang-offload-bundler) and
+#               libclang-rt-19-dev (compiler-rt builtins); Debian's HIP headers and runtime
+#               (libamdhip64-dev) and device libraries (rocm-device-libs). Debian ships no
+#               oclc_isa_version_942.bc (nor _950): tools/gpu_compile_check.py generates it into
 #               ${XDG_CACHE_HOME:-~/.cache}/jax_muse_attn/amdgcn-bitcode (a real ROCm needs none).
 #   HIP gfx950: the clang 22 bundled in the PyPI package ziglang (clang 19 does not know gfx950).
 #   CUDA sm_90: nvcc is expected on the machine already (/usr/local/bin/nvcc); not installed here.
@@ -35,7 +36,9 @@ fi
 # Warm the private device-lib / resource folders now (optional: the checker makes them on demand).
 cd "$(dirname "$0")/.."
 "$PYTHON" - <<'EOF' || echo "install_gpu_compilers: warm-up failed (the checker will retry and say why)"
-from jax_muse_attn.tools import gpu_compile_check as g
+import sys
+sys.path.insert(0, "tools")
+import gpu_compile_check as g
 chains = g.find_hip_toolchains()
 for arch in ("gfx942", "gfx950"):
     why = []

@@ -38,19 +38,20 @@ def make_case(rng, *, R, NQ, Hkv, qpk, D, P, blocks, seq_lens, num_reqs):
 
 
 def run_ffi(q, kv, bt, sl, *, scale, window, num_reqs, tokens):
-    """jax_muse_attn's FFI path (attention._ffi_jit -> _ffi.call), aimed at TARGET."""
+    """jax_muse_attn's FFI path (the CPU launch plan, then _ffi.call), aimed at TARGET."""
     import jax
 
-    from jax_muse_attn import _ffi, _validate, attention
+    from jax_muse_attn import _ffi, _validate
 
     shapes = _validate.check_inputs(q, kv, bt, sl, scale=scale, window=window,
                                     tokens_per_request=tokens)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
-    splits = attention._default_num_splits(shapes, "cpu")
+    plan = _ffi.launch_plan(shapes, "cpu", 0, "")
+    splits = plan["num_splits"]
 
     def f(q, kv, bt, sl, nr):
         q3 = q.reshape(q.shape[0], shapes.num_q_heads, shapes.head_dim)
-        return _ffi.call(q3, kv, bt, sl, nr, shapes=shapes, scale=scale, num_splits=splits)
+        return _ffi.call(q3, kv, bt, sl, nr, shapes=shapes, scale=scale, plan=plan)
 
     with mock.patch.object(_ffi, "TARGET_NAME", TARGET):
         lowered = jax.jit(f).lower(q, kv, bt, sl, nr)

@@ -1,52 +1,27 @@
-"""Benchmark of verify_attention (the speed issue): our custom call against its peers.
+"""Benchmark of jax_muse_attn.verify_attention against FlashInfer, the jnp reference and the floors.
 
-    python -m jax_muse_attn.bench [--quick] [--configs PAT,...] [--out DIR] [--name NAME]
-                                  [--repeats N] [--modes on,off]
+    python benchmarks/bench.py [--quick] [--configs PAT,...] [--num-splits N] [--modes on,off]
+                               [--budget-s S] [--out DIR] [--name NAME]
+    python benchmarks/bench.py --render benchmarks/results/h200.json   # redraw, measure nothing
 
-The grid is one TP rank of Muse Spark verify attention: 16 q heads / 2 KV heads, D 64, bf16,
-8 new tokens a request, 16-key pages, shuffled block ids, every request at the full context,
-causal, scale 1/8; SWA (window 2048) at 32k and full attention at 2k, 8k, 32k, 128k, each for
-R = 1, 2, 4, 8, 16 requests. Config names: ``full32k-r4``, ``swa32k-r16`` (``--configs`` takes
-comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``).
+The grid is one tensor-parallel rank of Muse Spark verify attention: 16 q heads / 2 KV heads,
+D 64, bf16, 8 new tokens a request, 16-key pages, shuffled block ids, every request at the full
+context, causal, scale 1/8; SWA (window 2048) at 32k and full attention at 2k, 8k, 32k, 128k, each
+for R = 1, 2, 4, 8, 16 requests. Config names: ``full32k-r4``, ``swa32k-r16``, ``swa2k-w256-r2``
+(``--configs`` takes comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``; any
+name that parses runs, on the grid or not).
 
-What is measured (all in one run, every implementation on the same data):
+Measured in one run, every implementation on the same values: ours (``verify_attention(...,
+backend="ffi")``) hot, per call from chains of dependent calls inside one jit, by the host's wall
+clock and the device's own clock, with XLA command buffers on and off; ours cold (after an L2
+flush, by device timestamps); every timed output checked against ``jax_muse_attn.reference``
+first (exit code 1 on a failure); the jnp reference; FlashInfer where torch and flashinfer import;
+the copy, empty-kernel, no-op-call and dispatch floors; and each config's launch plan
+(``jax_muse_attn.launch_plan``). ``MUSE_ATTN_LAUNCH`` (the launch plan's debug override, e.g.
+``merge_pdl=0``) and ``--num-splits`` apply to every timed call and to the recorded plan. The
+method in full: benchmarks/README.md.
 
-* ours: ``jax_muse_attn.verify_attention(..., backend="ffi")`` as users call it. Per-call time
-  from an UNROLLED chain of N calls inside one jit (each call's output is the next call's q;
-  the timed jit returns the last output only, as a decode step keeps its attention outputs
-  inside the jit): (t_N - t_1) / (N - 1), wall clock with block_until_ready, median over repeats. Run twice, in
-  worker subprocesses, with XLA command buffers on and off (XLA_FLAGS is read at backend init).
-  Every output of every chain that is timed is first checked (the same chain, returning all
-  outputs; the timed jit's output must equal its last one bit for bit) against
-  ``jax_muse_attn.reference.verify_attention`` (|out - ref| <= 1e-2 + 2e-2 |ref|); a config that
-  fails is reported as FAIL and not timed, and the exit code is 1.
-* ours on the device clock ("dev"): the same chains timed by the device itself, between two reads
-  of its clock inside the jit (``jax_muse_attn._ffi.device_clock``: a one-thread kernel reading
-  %globaltimer; the first read feeds the chain, the second follows its last output), (d_N -
-  d_1) / (N - 1), median over repeats. Free of the host's dispatch and synchronization jitter,
-  which spreads the wall-clock figure by a few us at 30-80 us (benchmarks/NOTES.md); the
-  wall-clock figure stays the headline (it is what a caller's step sees). ``--no-device-clock``
-  skips it.
-* ours cold: a chain of n (L2 flush, call) pairs minus the same chain of flushes alone, over n
-  (the median over repeats of that paired difference). On the device clock (first mode only):
-  each call after a flush between two clock reads inside the jit, the median of those brackets
-  minus the median bracket without a call (cold_bracketed, cold_device_time).
-  The flush is a reduction reading a 256 MiB buffer (so the L2 holds clean lines of another
-  buffer, as in the anchors); data dependences order flush -> call -> next flush.
-* reference: the jnp reference under jit, same chain method (command buffers on only).
-* FlashInfer (when importable, in a torch worker subprocess): BatchPrefillWithPagedKVCacheWrapper,
-  fa2, NHD K and V caches converted from our [blocks, Hkv, 16, 2D] cache with the same block
-  ids, plan() outside the timed region; hot = a CUDA graph of 20 back-to-back run() calls, per
-  call; cold = one replay of a one-call graph after reading a 512 MiB buffer (events around the
-  replay, the anchors' way); cold in graph = the same after a flush between two events recorded
-  inside a graph, minus the empty bracket (as ours on the device clock). Its output is
-  checked against a torch fp32 reference (same tolerance; reported, does not set the exit code).
-* floors: copy bandwidth (torch 1 GiB device copy, read + write counted; JAX: (t(2 GiB x+1) -
-  t(1 GiB x+1)) the same way), an empty kernel (torch CUDA graph, as in the anchors), our custom
-  call with num_reqs=0 (a call that reads nothing), and the host dispatch of one tiny jit.
-
-GB/s = KV bytes that must be read / time (full: context keys; SWA: 2048 + 7 keys a request).
-Writes DIR/NAME.json (all raw figures), DIR/NAME.md (the table) and DIR/NAME.png (the plot).
+Writes DIR/NAME.json (every raw sample), NAME.md (the table) and NAME.png (with matplotlib).
 """
 
 from __future__ import annotations
@@ -54,7 +29,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import fnmatch
-import functools
+import hashlib
 import importlib.util
 import json
 import math
@@ -79,9 +54,14 @@ MODES = {
     "on": "--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUDNN,CUSTOM_CALL --xla_gpu_graph_min_graph_size=1",
     "off": "--xla_gpu_enable_command_buffer=",
 }
+LAUNCH_ENV = "MUSE_ATTN_LAUNCH"
 FLUSH_BYTES_GPU = 256 << 20
 FLUSH_BYTES_CPU = 4 << 20
-COLD_BRACKETS = 10  # (flush, call) brackets a jit for cold on the device clock (x repeats samples)
+COLD_BRACKETS = 10    # (flush, call) brackets a jit for the cold figure (x repeats samples)
+REF_CHAIN = 10        # most calls in a chain of the reference
+TARGET_S = 0.03       # N is cut so that a chain runs about this long
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 
 
 # ----------------------------------------------------------------------------- configs
@@ -125,7 +105,7 @@ class Config:
 def parse_config(name):
     m = re.fullmatch(r"(full|swa)(\d+)(k?)(?:-w(\d+))?-r(\d+)", name)
     if not m:
-        raise ValueError(f"bad config name {name!r}")
+        raise ValueError(f"bad config name {name!r} (e.g. full32k-r4, swa32k-r1, swa2k-w256-r2)")
     L = int(m.group(2)) * (1024 if m.group(3) else 1)
     window = None if m.group(1) == "full" else int(m.group(4) or SWA_WINDOW)
     return Config(L, int(m.group(5)), window)
@@ -147,14 +127,11 @@ def select_configs(patterns, quick, platform):
         grid = full_grid()
     if not patterns:
         return grid
-    out, names = [], {c.name: c for c in grid}
-    for pat in patterns.split(","):
-        pat = pat.strip()
+    out = []
+    for pat in (p.strip() for p in patterns.split(",")):
         if not pat:
             continue
-        hits = [c for c in grid if fnmatch.fnmatch(c.name, pat)]
-        if not hits and pat not in names:
-            hits = [parse_config(pat)]  # any parseable name, on or off the grid
+        hits = [c for c in grid if fnmatch.fnmatch(c.name, pat)] or [parse_config(pat)]
         out += [c for c in hits if c.name not in {o.name for o in out}]
     return out
 
@@ -174,7 +151,7 @@ def _mul32_int64(x, c):
 
 
 def hash_values_int64(i, seed):
-    """The hash on int64 numpy arrays or torch tensors (float32 result in [-2, 2))."""
+    """The hash on int64 numpy arrays or torch tensors (24-bit integers; see jax_hash_array)."""
     x = (_mul32_int64(i, _GOLD) + (seed * _SEEDMUL & _M32)) & _M32
     x = x ^ (x >> 16)
     x = _mul32_int64(x, _C1)
@@ -210,8 +187,8 @@ def block_table_np(cfg):
 
 
 def jax_inputs(cfg):
-    """The (q, kv_cache, block_table, seq_lens) of cfg as JAX arrays (the values the torch side
-    builds too): hashed q and KV, a random permutation of the blocks, every request full."""
+    """(q, kv_cache, block_table, seq_lens) of cfg as JAX arrays (the torch worker builds the same
+    values): hashed q and KV, a random permutation of the blocks, every request full."""
     import jax.numpy as jnp
 
     kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV)
@@ -220,9 +197,8 @@ def jax_inputs(cfg):
 
 
 def flush_l2(x, buf):
-    """x after an L2 flush: a reduction reading all of buf that depends on x (so it runs after
-    whatever made x, and each flush is distinct), its result folded into x as zero (so whatever
-    uses the result runs after the flush)."""
+    """x after an L2 flush: a reduction over buf that depends on x (so it runs after whatever made
+    x, and no two flushes merge), folded into x as zero (so whatever uses x runs after it)."""
     import jax.numpy as jnp
 
     c = x.reshape(-1)[0].astype(jnp.float32) * 0.0
@@ -250,66 +226,17 @@ def _save(path, obj):
     os.replace(tmp, path)
 
 
-# ----------------------------------------------------------------------------- cold, device clock
-def cold_bracketed(step, n, with_call, flush=True):
-    """A jitted f(x, buf, kv, bt, sl) -> (x, t0s, t1s): n calls x = step(x, kv, bt, sl), each right
-    after an L2 flush (a reduction reading buf) and between two device-clock reads: the first after
-    the flush, the call after it (through a select), the second after the call, the next flush after
-    the second. with_call=False: the same brackets with no call in them; flush=False: no flush (a
-    single hot call a bracket, for comparison)."""
-    import jax
-    import jax.numpy as jnp
-
-    from jax_muse_attn import _ffi
-
-    def f(x, buf, kv, bt, sl):
-        t0s, t1s = [], []
-        for _ in range(n):
-            if flush:
-                x = flush_l2(x, buf)  # after the previous bracket
-            t0 = _ffi.device_clock(x)
-            x = _ffi.order_after(x, t0)
-            if with_call:
-                x = step(x, kv, bt, sl)
-            t1 = _ffi.device_clock(x)
-            x = _ffi.order_after(x, t1)  # the next flush starts after the second read
-            t0s.append(t0)
-            t1s.append(t1)
-        return x, jnp.stack(t0s), jnp.stack(t1s)
-    return jax.jit(f)
-
-
-def cold_device_time(f_call, f_empty, a, repeats, flush_bytes, warm=2):
-    """One cold call on the device clock: the median bracket of f_call (cold_bracketed with the
-    call) minus the median bracket of f_empty (without it), over every bracket of `repeats` runs
-    of each, alternating."""
-    from jax_muse_attn import _ffi
-
-    def spans(g):
-        _, t0s, t1s = g(*a)
-        t0s, t1s = np.asarray(t0s), np.asarray(t1s)
-        return [(_ffi.clock_ns(b) - _ffi.clock_ns(e)) * 1e-3 for e, b in zip(t0s, t1s)]
-
-    for _ in range(warm):
-        spans(f_call), spans(f_empty)
-    call_us, empty_us = [], []
-    for _ in range(repeats):
-        call_us += spans(f_call)
-        empty_us += spans(f_empty)
-    return bracket_result(call_us, empty_us, flush_bytes=flush_bytes,
-                          how="device clock: each call after an L2 flush between two clock reads; "
-                              "median bracket with the call minus median bracket without it")
+def _error_text(e):
+    return "".join(traceback.format_exception_only(type(e), e))[-2000:]
 
 
 def bracket_result(call_us, empty_us, **extra):
-    """A cold figure from timed brackets (ours on the device clock, FlashInfer between graph
-    events): the median bracket with the call minus the median bracket without it, and every
-    sample."""
+    """A cold figure from timed brackets: the median bracket with the call minus the median
+    bracket without it, and every sample."""
     return dict(per_call_us=_median(call_us) - _median(empty_us), bracket_us=_median(empty_us),
                 call_bracket_us=call_us, empty_bracket_us=empty_us, n=len(call_us), **extra)
 
 
-# ----------------------------------------------------------------------------- JAX worker
 def _start_config(args, res, cfg):
     """A worker's record for cfg, entered in res; None (recorded as skipped) past the deadline."""
     rec = dict(config=cfg.as_dict())
@@ -322,25 +249,33 @@ def _start_config(args, res, cfg):
     return rec
 
 
+# ----------------------------------------------------------------------------- JAX worker
 def jax_worker(args):
     import jax
     import jax.numpy as jnp
 
+    import device_clock as dc
     import jax_muse_attn
-    from jax_muse_attn import _ffi, _validate, reference
-    from jax_muse_attn.attention import _default_num_splits, resolve_backend
+    from jax_muse_attn import reference
 
     dev = jax.devices()[0]
-    kind, platform = resolve_backend("auto")
-    configs = select_configs(args.configs, args.quick, "cpu" if platform == "cpu" else "gpu")
+    gpu = jax.default_backend() != "cpu"
+    configs = select_configs(args.configs, args.quick, "gpu" if gpu else "cpu")
     _emit("plan", ",".join(c.name for c in configs))
     res = dict(mode=args.worker, xla_flags=os.environ.get("XLA_FLAGS", ""), jax=jax.__version__,
-               jaxlib=_jaxlib_version(),
-               backend=jax.default_backend(), platform=platform, device_kind=dev.device_kind,
-               handlers=list(jax_muse_attn.registered_platforms()), auto_backend=kind,
+               backend=jax.default_backend(), device_kind=dev.device_kind,
+               handlers=list(jax_muse_attn.registered_platforms()),
+               launch_override=os.environ.get(LAUNCH_ENV, ""), num_splits=args.num_splits,
                configs={}, floors={}, errors=[])
     _save(args.result_file, res)
-    gpu = platform != "cpu"
+    try:  # a bad MUSE_ATTN_LAUNCH or --num-splits: say so once, measure nothing
+        sds = jax.ShapeDtypeStruct
+        jax_muse_attn.launch_plan(sds((NQ, H_Q, D), jnp.bfloat16), sds((4, H_KV, PAGE, 2 * D), jnp.bfloat16),
+                                  sds((1, 4), jnp.int32), num_splits=args.num_splits)
+    except (ValueError, RuntimeError) as e:
+        res["fatal"] = str(e)
+        _save(args.result_file, res)
+        return 2
     flush_bytes = FLUSH_BYTES_GPU if gpu else FLUSH_BYTES_CPU
 
     def wall(f, *a):
@@ -348,9 +283,9 @@ def jax_worker(args):
         jax.block_until_ready(f(*a))
         return time.perf_counter() - t0
 
-    def paired_per_call(time_1, time_n, n, repeats, warm):
-        # Times a chain of 1 and of n calls alternately (after `warm` untimed pairs): both
-        # samples, and the per-call figures (t_N - t_1) / (N - 1) in us, paired by repeat.
+    def paired_per_call(time_1, time_n, n, repeats, warm=2):
+        # Chains of 1 and of n calls, alternately: the samples and the per-call figures
+        # (t_N - t_1) / (N - 1) in us, paired by repeat.
         for _ in range(warm):
             time_1(), time_n()
         s1, sn = [], []
@@ -359,78 +294,74 @@ def jax_worker(args):
             sn.append(time_n())
         return s1, sn, [(b - c) / (n - 1) * 1e6 for b, c in zip(sn, s1)]
 
-    def chain_time(f1, fN, n, a, repeats, warm=2):
-        t1s, tns, per = paired_per_call(lambda: wall(f1, *a), lambda: wall(fN, *a), n, repeats, warm)
-        return dict(per_call_us=_median(per), per_call_us_of_medians=(_median(tns) - _median(t1s)) / (n - 1) * 1e6,
-                    n=n, t1_s=t1s, tN_s=tns)
+    def chain_time(f1, fN, n, a):
+        t1s, tns, per = paired_per_call(lambda: wall(f1, *a), lambda: wall(fN, *a), n, args.repeats)
+        return dict(per_call_us=_median(per), n=n, t1_s=t1s, tN_s=tns)
 
-    use_clock = not args.no_device_clock and platform in _ffi.CLOCK_REGISTERED
+    use_clock = not args.no_device_clock and dc.available()
     res["device_clock"] = use_clock
 
-    def device_chain_time(step, n, a, repeats, warm=2):
-        g1, gn = (jax.jit(_ffi.clocked_chain(step, k)) for k in (1, n))
+    def device_chain_time(step, n, a):
+        g1, gn = (jax.jit(dc.clocked_chain(step, k)) for k in (1, n))
 
-        def dev(g):
+        def span(g):
             t0, t1 = g(*a)
-            return (_ffi.clock_ns(t1) - _ffi.clock_ns(t0)) * 1e-9
+            return (dc.clock_ns(t1) - dc.clock_ns(t0)) * 1e-9
 
-        d1s, dns, per = paired_per_call(lambda: dev(g1), lambda: dev(gn), n, repeats, warm)
-        return dict(per_call_us=_median(per), n=n, d1_s=d1s, dN_s=dns,
-                    how="device clock: (d_N - d_1) / (N - 1), paired by repeat, median")
+        d1s, dns, per = paired_per_call(lambda: span(g1), lambda: span(gn), n, args.repeats)
+        return dict(per_call_us=_median(per), n=n, d1_s=d1s, dN_s=dns)
 
     def pick_n(f1, a, cap):
         est = _median([wall(f1, *a) for _ in range(5)])
-        return int(max(4, min(cap, args.target_ms * 1e-3 / max(est, 1e-6))))
+        return int(min(cap, max(4, TARGET_S / max(est, 1e-6))))
 
     # ---- floors
     try:
         small = jnp.zeros((1,), jnp.float32)
-        f = jax.jit(lambda x: x + 1)
+        inc = jax.jit(lambda x: x + 1)
         for _ in range(5):
-            wall(f, small)
-        res["floors"]["jax_dispatch_tiny_jit_us"] = _median([wall(f, small) for _ in range(50)]) * 1e6
+            wall(inc, small)
+        res["floors"]["jax_dispatch_tiny_jit_us"] = _median([wall(inc, small) for _ in range(50)]) * 1e6
         n1 = (1 << 30) if gpu else (16 << 20)
         xs = [jnp.zeros((n1 // 4,), jnp.float32), jnp.zeros((2 * n1 // 4,), jnp.float32)]
         ts = [[], []]
         for rep in range(args.repeats + 3):
             for j in (0, 1):
-                t = wall(f, xs[j])
+                t = wall(inc, xs[j])
                 if rep >= 3:
                     ts[j].append(t)
         dt = _median(ts[1]) - _median(ts[0])
-        res["floors"]["jax_copy"] = dict(bytes_small=n1, bytes_large=2 * n1, t_small_s=ts[0], t_large_s=ts[1],
-                                         GBps=2 * n1 / dt / 1e9 if dt > 0 else None,
-                                         how="x+1 fusion, (t(2 GiB) - t(1 GiB)), read + write counted")
+        res["floors"]["jax_copy"] = dict(GBps=2 * n1 / dt / 1e9 if dt > 0 else None,
+                                         t_small_s=ts[0], t_large_s=ts[1],
+                                         how="x+1 over n and 2n bytes: 2n / (t(2n) - t(n))")
         del xs
     except Exception as e:  # pragma: no cover
         res["errors"].append(f"floors jax_copy: {e!r}")
     try:
-        c0 = Config(256, 1)
-        q0, kv0, bt0, sl0 = jax_inputs(c0)
+        q0, kv0, bt0, sl0 = jax_inputs(Config(256, 1))
 
         def noop(x):
             return jax_muse_attn.verify_attention(x, kv0, bt0, sl0, scale=SCALE, num_reqs=0, backend="ffi")
 
-        f1 = jax.jit(lambda x: noop(x))
-
-        def fn(x):
+        def noop_chain(x):
             for _ in range(args.chain):
                 x = noop(x)
             return x
 
-        r = chain_time(f1, jax.jit(fn), args.chain, (q0,), args.repeats)
-        res["floors"]["ours_noop_call"] = dict(r, how="verify_attention(num_reqs=0): a custom call that reads nothing")
+        r = chain_time(jax.jit(noop), jax.jit(noop_chain), args.chain, (q0,))
+        res["floors"]["ours_noop_call"] = r
         if use_clock:
-            r = device_chain_time(noop, args.chain, (q0,), args.repeats)
-            res["floors"]["ours_noop_call_device"] = dict(r, how="the same on the device clock")
+            res["floors"]["ours_noop_call_device"] = device_chain_time(noop, args.chain, (q0,))
     except Exception as e:
         res["errors"].append(f"floors ours_noop_call: {e!r}")
     _save(args.result_file, res)
 
     buf = jnp.ones((flush_bytes // 4,), jnp.float32)  # f32: no convert that XLA could hoist and share
-    ok_stats = jax.jit(lambda o, r: (jnp.max(jnp.abs(o.astype(jnp.float32) - r.astype(jnp.float32))),
-                                     jnp.sum(~(jnp.abs(o.astype(jnp.float32) - r.astype(jnp.float32))
-                                               <= ATOL + RTOL * jnp.abs(r.astype(jnp.float32))))))
+
+    @jax.jit
+    def ok_stats(o, r):
+        err = jnp.abs(o.astype(jnp.float32) - r.astype(jnp.float32))
+        return jnp.max(err), jnp.sum(~(err <= ATOL + RTOL * jnp.abs(r.astype(jnp.float32))))
 
     for cfg in configs:
         rec = _start_config(args, res, cfg)
@@ -439,26 +370,20 @@ def jax_worker(args):
         try:
             q, kv, bt, sl = jax_inputs(cfg)
             w = cfg.window
-            shapes = _validate.check_inputs(q, kv, bt, sl, scale=SCALE, window=w, tokens_per_request=NQ)
-            rec["num_splits"] = _default_num_splits(shapes, platform)
-            if gpu:  # which kernels the handler launches for it (ffi/gpu/launch_plan.h)
-                try:
-                    rec["launch_plan"] = jax_muse_attn.launch_plan(q, kv, bt, window=w,
-                                                                   tokens_per_request=NQ)
-                except RuntimeError as e:  # no GPU handler in this build: the bench says so itself
-                    rec["launch_plan"] = {"error": str(e)}
+            rec["launch_plan"] = jax_muse_attn.launch_plan(q, kv, bt, window=w, tokens_per_request=NQ,
+                                                           num_splits=args.num_splits)
 
             def ours(x, kv, bt, sl, w=w):
-                return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, backend="ffi")
+                return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w,
+                                                      backend="ffi", num_splits=args.num_splits)
 
             def ref(x, kv, bt, sl, w=w):
                 return reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w)
 
             # A chain returns every call's output when it is checked (keep=True) and only the
-            # last one when it is timed: outputs that leave the jit get fresh buffers each run,
-            # which cost ~6 us a call (SWA R=1 on an H200: 18.2 vs 12.1 us; most likely XLA
-            # updating its command buffer for them), a cost a decode step, whose attention
-            # outputs stay inside the jit, never pays. Both forms run the same calls.
+            # last when it is timed: outputs that leave the jit get fresh buffers every run, a
+            # cost of several us a call that a decode step, whose attention outputs stay inside
+            # the jit, never pays. Both forms run the same calls.
             def chain(step, n, keep=False):
                 def f(x, kv, bt, sl):
                     outs = []
@@ -468,47 +393,43 @@ def jax_worker(args):
                     return tuple(outs) if keep else x
                 return jax.jit(f)
 
-            def cold_chain(n, with_call, keep=False):
+            def cold_bracketed(n, with_call, keep=False):
+                # n calls, each right after an L2 flush and between two clock reads: the first
+                # after the flush, the call after the first (order_after), the second after the
+                # call, the next flush after the second. Without the call: the empty brackets.
                 def f(x, buf, kv, bt, sl):
-                    outs = []
+                    outs, t0s, t1s = [], [], []
                     for _ in range(n):
-                        x = flush_l2(x, buf)  # after the previous call, before the next
+                        x = flush_l2(x, buf)
+                        t0 = dc.device_clock(x)
+                        x = dc.order_after(x, t0)
                         if with_call:
                             x = ours(x, kv, bt, sl)
-                        outs.append(x)
-                    return tuple(outs) if keep else x
+                            outs.append(x)
+                        t1 = dc.device_clock(x)
+                        x = dc.order_after(x, t1)
+                        t0s.append(t0)
+                        t1s.append(t1)
+                    return (tuple(outs) if keep else x), jnp.stack(t0s), jnp.stack(t1s)
                 return jax.jit(f)
 
             ref1 = jax.jit(ref)
-            check = dict(ok=True, max_abs_err=0.0, n_bad=0, outputs_checked=0)
+            check = dict(ok=True, max_abs_err=0.0, n_bad=0, outputs_checked=0, timed_equals_checked=True)
 
-            def check_chain(x0, outs):
-                ins = (x0,) + tuple(outs[:-1])
-                for xi, oi in zip(ins, outs):
-                    m, nb = ok_stats(oi, ref1(xi, kv, bt, sl))
-                    m, nb = float(m), int(nb)
+            def check_timed(timed, keep_all, *xs, outputs=lambda r: r):
+                # Every output of the chain (keep_all) against the reference fed the same input,
+                # then the timed jit's output against the last of them, bit for bit.
+                outs = outputs(keep_all(*xs))
+                for xi, oi in zip((q,) + tuple(outs[:-1]), outs):
+                    m, nb = (float(v) for v in ok_stats(oi, ref1(xi, kv, bt, sl)))
                     check["max_abs_err"] = max(check["max_abs_err"], m) if math.isfinite(m) else float("nan")
-                    check["n_bad"] += nb
+                    check["n_bad"] += int(nb)
                     check["outputs_checked"] += 1
-                    if nb or not math.isfinite(m):
-                        check["ok"] = False
-
-            def same_as_checked(timed_out, checked_outs):
-                # The timed jit (last output only) must give the checked chain's last output,
-                # bit for bit (the kernel is deterministic).
-                same = bool(np.array_equal(np.asarray(timed_out).view(np.uint16),
-                                           np.asarray(checked_outs[-1]).view(np.uint16)))
-                check["timed_equals_checked"] = check.get("timed_equals_checked", True) and same
-                if not same:
-                    check["ok"] = False
-
-            def check_timed(timed, keep_all, *xs):
-                # Every output of the chain (keep_all) against the reference, and the timed
-                # jit's output against the last of them. Returns the checked outputs.
-                outs = keep_all(*xs)
-                check_chain(q, outs)
-                same_as_checked(timed(*xs), outs)
-                return outs
+                    check["ok"] &= nb == 0 and math.isfinite(m)
+                last = outputs(timed(*xs))
+                same = bool(np.array_equal(np.asarray(last).view(np.uint16), np.asarray(outs[-1]).view(np.uint16)))
+                check["timed_equals_checked"] &= same
+                check["ok"] &= same
 
             a = (q, kv, bt, sl)
             f1 = chain(ours, 1)
@@ -517,54 +438,31 @@ def jax_worker(args):
             fN = chain(ours, n) if check["ok"] else None
             if check["ok"]:
                 check_timed(fN, chain(ours, n, keep=True), *a)
-            nc = min(args.cold_chain, max(n, 2))
-            fc = cold_chain(nc, True) if check["ok"] else None
-            cold_outs = None
-            if check["ok"]:
-                cold_outs = check_timed(fc, cold_chain(nc, True, keep=True), q, buf, kv, bt, sl)
-            cold_dev = use_clock and args.cold_device
-            nb = min(nc, COLD_BRACKETS)
-            if check["ok"] and cold_dev:
-                # The bracketed cold chain runs the same calls on the same inputs (the clock
-                # reads and their selects change no value): its last output must be the checked
-                # cold chain's, bit for bit.
-                fcd = cold_bracketed(ours, nb, True)
-                same_as_checked(fcd(q, buf, kv, bt, sl)[0], cold_outs[:nb])
+            cold = use_clock and args.first
+            nb = min(COLD_BRACKETS, args.chain)
+            if check["ok"] and cold:
+                fc = cold_bracketed(nb, True)
+                check_timed(fc, cold_bracketed(nb, True, keep=True), q, buf, kv, bt, sl,
+                            outputs=lambda r: r[0])
             rec["check"] = check
             if not check["ok"]:
                 _log(f"[{args.worker}] {cfg.name}: CHECK FAILED {check}")
                 rec["status"] = "FAIL"
             else:
                 rec["status"] = "ok"
-                rec["ours"] = chain_time(f1, fN, n, a, args.repeats)
+                rec["ours"] = chain_time(f1, fN, n, a)
                 if use_clock:
-                    rec["ours_device"] = device_chain_time(ours, n, a, args.repeats)
-                ff = cold_chain(nc, False)
-                ac = (q, buf, kv, bt, sl)
-                for _ in range(2):
-                    wall(fc, *ac), wall(ff, *ac)
-                tfc, tff = [], []
-                for _ in range(args.repeats):
-                    tfc.append(wall(fc, *ac))
-                    tff.append(wall(ff, *ac))
-                # Paired: each repeat's (flush, call) chain against the flush-only chain run right
-                # after it, the median of those differences (the difference of two medians moved
-                # by up to 10 us a call, once below zero).
-                paired = [(a_ - b_) / nc * 1e6 for a_, b_ in zip(tfc, tff)]
-                rec["ours_cold"] = dict(per_call_us=_median(paired), n=nc,
-                                        flush_bytes=flush_bytes, flush_and_call_s=tfc, flush_only_s=tff,
-                                        flush_only_chain_us_per_flush=_median(tff) / nc * 1e6)
-                if cold_dev:
-                    rec["ours_cold_device"] = cold_device_time(fcd, cold_bracketed(ours, nb, False),
-                                                               (q, buf, kv, bt, sl), args.repeats,
-                                                               flush_bytes)
-                if args.time_reference:
+                    rec["ours_device"] = device_chain_time(ours, n, a)
+                if cold:
+                    rec["ours_cold_device"] = cold_device_time(fc, cold_bracketed(nb, False),
+                                                               (q, buf, kv, bt, sl), args.repeats, flush_bytes)
+                if args.first:
                     r1 = chain(ref, 1)
-                    nr = pick_n(r1, a, args.ref_chain)
-                    rec["reference"] = chain_time(r1, chain(ref, nr), nr, a, args.repeats)
+                    nr = pick_n(r1, a, min(REF_CHAIN, args.chain))
+                    rec["reference"] = chain_time(r1, chain(ref, nr), nr, a)
         except Exception as e:
             rec["status"] = "ERROR"
-            rec["error"] = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+            rec["error"] = _error_text(e)
             _log(f"[{args.worker}] {cfg.name}: ERROR {rec['error']}")
         _save(args.result_file, res)
         us = rec.get("ours", {}).get("per_call_us")
@@ -572,15 +470,25 @@ def jax_worker(args):
     return 0
 
 
-def _jaxlib_version():
-    try:
-        import jaxlib
+def cold_device_time(f_call, f_empty, a, repeats, flush_bytes, warm=2):
+    """Cold on the device clock: the median bracket of f_call minus the median bracket of f_empty
+    (cold_bracketed with and without the call), over every bracket of `repeats` runs of each."""
+    import device_clock as dc
 
-        return jaxlib.__version__
-    except Exception:  # pragma: no cover
-        return None
+    def spans(g):
+        _, t0s, t1s = g(*a)
+        return [(dc.clock_ns(b) - dc.clock_ns(e)) * 1e-3 for e, b in zip(np.asarray(t0s), np.asarray(t1s))]
+
+    for _ in range(warm):
+        spans(f_call), spans(f_empty)
+    call_us, empty_us = [], []
+    for _ in range(repeats):
+        call_us += spans(f_call)
+        empty_us += spans(f_empty)
+    return bracket_result(call_us, empty_us, flush_bytes=flush_bytes)
 
 
+# ----------------------------------------------------------------------------- torch worker
 def torch_hash_array(shape, seed, dev):
     """jax_hash_array's values as a torch bf16 tensor (int64 arithmetic, in chunks)."""
     import torch
@@ -622,7 +530,6 @@ def nhd_caches(kv):
     return (kv[..., :D].permute(0, 2, 1, 3).contiguous(), kv[..., D:].permute(0, 2, 1, 3).contiguous())
 
 
-# ----------------------------------------------------------------------------- torch worker
 def torch_worker(args):
     res = dict(mode="torch", configs={}, floors={}, errors=[])
     configs = [parse_config(n) for n in args.configs.split(",") if n]
@@ -649,53 +556,38 @@ def torch_worker(args):
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / per
 
-    # ---- floors (as in the anchors)
-    try:
+    try:  # floors: the copy rate, an empty kernel
         n = 1 << 30
         src = torch.empty(n // 4, dtype=torch.float32, device=dev).uniform_()
         dst = torch.empty_like(src)
         for _ in range(3):
             dst.copy_(src)
         torch.cuda.synchronize()
-        ts = []
-        for _ in range(20):
-            ts.append(timed_us(functools.partial(dst.copy_, src)))
+        ts = [timed_us(lambda: dst.copy_(src)) for _ in range(20)]
         res["floors"]["torch_copy"] = dict(bytes=n, us=ts, GBps=2 * n / (_median(ts) * 1e-6) / 1e9,
                                            how="1 GiB dst.copy_(src), read + write counted")
         del src, dst
         torch.cuda.empty_cache()
         x = torch.zeros(1, device=dev)
-        g1, g100 = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        g100 = torch.cuda.CUDAGraph()
         x.add_(1)
         torch.cuda.synchronize()
-        with torch.cuda.graph(g1):
-            x.add_(1)
         with torch.cuda.graph(g100):
             for _ in range(100):
                 x.add_(1)
         for _ in range(10):
-            g1.replay(), g100.replay()
+            g100.replay()
         torch.cuda.synchronize()
-        thr, ink = [], []
-        def g1_200():
-            for _ in range(200):
-                g1.replay()
-
-        for _ in range(10):
-            thr.append(timed_us(g1_200, per=200))
-            ink.append(timed_us(g100.replay, per=100))
-        res["floors"]["torch_empty_kernel"] = dict(graph1_back_to_back_us=_median(thr),
-                                                   per_kernel_in_graph100_us=_median(ink))
+        res["floors"]["torch_empty_kernel"] = dict(
+            per_kernel_in_graph100_us=_median([timed_us(g100.replay, per=100) for _ in range(10)]))
     except Exception as e:
         res["errors"].append(f"torch floors: {e!r}")
     _save(args.result_file, res)
 
     try:
-        t0 = time.time()
         import flashinfer as fi
 
-        res["flashinfer"] = dict(version=getattr(fi, "__version__", "?"), file=fi.__file__,
-                                 import_s=time.time() - t0)
+        res["flashinfer"] = dict(version=getattr(fi, "__version__", "?"), file=fi.__file__)
     except Exception as e:
         res["unavailable"] = f"flashinfer not importable: {e!r}"
         _save(args.result_file, res)
@@ -706,11 +598,9 @@ def torch_worker(args):
     ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
 
     def cold_in_graph(fn, n, repeats):
-        """One cold call inside a CUDA graph, as the JAX worker times ours on the device clock: a
-        graph of n (L2 flush, event, fn(), event) and one of n (flush, event, event); the median
-        span between a pair of events with fn() minus the median without it, over `repeats`
-        replays. Unlike the anchors' cold figure (one graph replay after a flush, timed by
-        events around the replay), the graph's own launch is not in it."""
+        """One cold call inside a CUDA graph, as ours is timed on the device clock: a graph of n
+        (flush, event, fn(), event) and one of n (flush, event, event); the median span with
+        fn() minus the median span without it, over `repeats` replays."""
         def graph(with_call):
             evs = [(torch.cuda.Event(enable_timing=True, external=True),
                     torch.cuda.Event(enable_timing=True, external=True)) for _ in range(n)]
@@ -732,15 +622,13 @@ def torch_worker(args):
                 torch.cuda.synchronize()
                 if rep >= 2:
                     acc += [a.elapsed_time(b) * 1e3 for a, b in evs]
-        del gc, ge
-        return bracket_result(call_us, empty_us,
-                              how="CUDA graph of (flush 512 MiB, event, run, event): median span "
-                                  "with run minus median span without it")
+        return bracket_result(call_us, empty_us, flush_bytes=flush.numel() * 4)
 
     for cfg in configs:
         rec = _start_config(args, res, cfg)
         if rec is None:
             continue
+        q = k = v = out = None
         try:
             kv = torch_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV, dev)
             k, v = nhd_caches(kv)
@@ -748,14 +636,14 @@ def torch_worker(args):
             q = torch_hash_array((NQ * cfg.R, H_Q, D), SEED_Q, dev)
             bt = torch.from_numpy(block_table_np(cfg)).to(dev)
             R, P = cfg.R, cfg.pages
-            qo_indptr = torch.arange(R + 1, dtype=torch.int32, device=dev) * NQ
-            kv_indptr = torch.arange(R + 1, dtype=torch.int32, device=dev) * P
+            i32 = dict(dtype=torch.int32, device=dev)
+            qo_indptr = torch.arange(R + 1, **i32) * NQ
+            kv_indptr = torch.arange(R + 1, **i32) * P
             kv_indices = bt.reshape(-1).contiguous()
-            last = torch.full((R,), cfg.L - (P - 1) * PAGE, dtype=torch.int32, device=dev)
-            bufs = dict(qo_indptr_buf=torch.empty(R + 1, dtype=torch.int32, device=dev),
-                        paged_kv_indptr_buf=torch.empty(R + 1, dtype=torch.int32, device=dev),
-                        paged_kv_indices_buf=torch.empty(kv_indices.numel(), dtype=torch.int32, device=dev),
-                        paged_kv_last_page_len_buf=torch.empty(R, dtype=torch.int32, device=dev))
+            last = torch.full((R,), cfg.L - (P - 1) * PAGE, **i32)
+            bufs = dict(qo_indptr_buf=torch.empty(R + 1, **i32), paged_kv_indptr_buf=torch.empty(R + 1, **i32),
+                        paged_kv_indices_buf=torch.empty(kv_indices.numel(), **i32),
+                        paged_kv_last_page_len_buf=torch.empty(R, **i32))
             wr = fi.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_cuda_graph=True,
                                                         backend="fa2", **bufs)
             wr.plan(qo_indptr, kv_indptr, kv_indices, last, H_Q, H_KV, D, PAGE, causal=True,
@@ -771,111 +659,76 @@ def torch_worker(args):
             want = torch_reference(q, k, v, bt, cfg)
             err = (out.float() - want).abs()
             bad = int((~(err <= ATOL + RTOL * want.abs())).sum())
-            rec["check"] = dict(ok=bad == 0, n_bad=bad, max_abs_err=float(err.max()),
-                                relerr=float((out.float() - want).norm() / want.norm()))
+            rec["check"] = dict(ok=bad == 0, n_bad=bad, max_abs_err=float(err.max()))
             del want, err
-            s = torch.cuda.Stream()
+            s = torch.cuda.Stream()  # warm up off the default stream before capturing
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
                 for _ in range(3):
                     fn()
             torch.cuda.current_stream().wait_stream(s)
             torch.cuda.synchronize()
-            g_hot, g_one = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            g_hot = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g_hot):
                 for _ in range(20):
                     fn()
-            with torch.cuda.graph(g_one):
-                fn()
             for _ in range(3):
-                g_hot.replay(), g_one.replay()
+                g_hot.replay()
             torch.cuda.synchronize()
-            hot, cold = [], []
-            for _ in range(max(args.repeats, 10)):
-                hot.append(timed_us(g_hot.replay, per=20))
-            for _ in range(max(args.repeats, 20)):
-                flush.sum(dtype=torch.float32)  # evicts L2, before the timed replay
-                cold.append(timed_us(g_one.replay))
-            rec.update(status="ok", hot_us=_median(hot), cold_us=_median(cold), hot_samples_us=hot,
-                       cold_samples_us=cold, resolved_backend=getattr(wr, "_backend", None))
-            try:  # cold timed as ours is on the device clock (a newer torch's external events)
+            hot = [timed_us(g_hot.replay, per=20) for _ in range(max(args.repeats, 10))]
+            rec.update(status="ok", hot_us=_median(hot), hot_samples_us=hot)
+            del g_hot
+            try:  # needs torch's external events (recorded inside a graph)
                 rec["cold_in_graph"] = cold_in_graph(fn, COLD_BRACKETS, max(args.repeats, 10))
             except Exception as e:
-                rec["cold_in_graph"] = dict(error="".join(traceback.format_exception_only(type(e), e))[-500:])
-            del g_hot, g_one
+                rec["cold_in_graph"] = dict(error=_error_text(e)[-500:])
         except Exception as e:
             rec["status"] = "ERROR"
-            rec["error"] = "".join(traceback.format_exception_only(type(e), e))[-2000:]
+            rec["error"] = _error_text(e)
             _log(f"[torch] {cfg.name}: ERROR {rec['error']}")
         finally:
             q = k = v = out = None
             torch.cuda.empty_cache()
         _save(args.result_file, res)
-        _emit("step", f"{cfg.name} {rec['status']}" + (f" FI hot {rec['hot_us']:.1f} us" if 'hot_us' in rec else ""))
+        _emit("step", f"{cfg.name} {rec['status']}" + (f" FI hot {rec['hot_us']:.1f} us" if "hot_us" in rec else ""))
     return 0
 
 
 # ----------------------------------------------------------------------------- parent
 class _Progress:
     def __init__(self):
-        try:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=0, unit="step", file=sys.stderr, dynamic_ncols=True)
-        except Exception:
-            self.bar = None
         self.n = self.total = 0
-
-    def add_total(self, k):
-        self.total += k
-        if self.bar is not None:
-            self.bar.total = self.total
-            self.bar.refresh()
 
     def step(self, msg):
         self.n += 1
-        if self.bar is not None:
-            self.bar.set_postfix_str(msg[:60])
-            self.bar.update(1)
-        else:
-            print(f"[{self.n}/{self.total}] {msg}", file=sys.stderr, flush=True)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
+        _log(f"[{self.n}/{self.total}] {msg}")
 
 
-def _run_worker(mode, args, names, progress, tmpdir, env_extra):
+def _run_worker(mode, args, names, progress, tmpdir, env_extra, deadline=None, first=False):
     path = os.path.join(tmpdir, f"{mode}.json")
-    cmd = [sys.executable, "-m", "jax_muse_attn.bench", "--worker", mode, "--result-file", path,
-           "--repeats", str(args.repeats), "--chain", str(args.chain), "--ref-chain", str(args.ref_chain),
-           "--cold-chain", str(args.cold_chain), "--target-ms", str(args.target_ms)]
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--result-file", path,
+           "--repeats", str(args.repeats), "--chain", str(args.chain)]
+    if args.num_splits:
+        cmd += ["--num-splits", str(args.num_splits)]
     if args.no_device_clock:
         cmd += ["--no-device-clock"]
-    deadline = env_extra.pop("_deadline_at", None)
     if deadline:
         cmd += ["--deadline-at", repr(deadline)]
+    if first:
+        cmd += ["--first"]
     if names is not None:
         cmd += ["--configs", ",".join(names)]
     else:
-        if args.configs:
-            cmd += ["--configs", args.configs]
-        if args.quick:
-            cmd += ["--quick"]
-    if env_extra.pop("_time_reference", False):
-        cmd += ["--time-reference"]
-    if env_extra.pop("_cold_device", False):
-        cmd += ["--cold-device"]
-    env = dict(os.environ, **env_extra)
+        cmd += (["--configs", args.configs] if args.configs else []) + (["--quick"] if args.quick else [])
     plan = None
     t0 = time.time()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env, text=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, env=dict(os.environ, **env_extra), text=True)
     for line in p.stdout:
         line = line.rstrip("\n")
         if line.startswith("@@plan "):
             plan = [n for n in line[7:].split(",") if n]
-            if names is None:
-                progress.add_total(len(plan) * len(args.mode_list))
+            if names is None:  # the first worker names the configs every worker runs
+                progress.total += len(plan) * len(args.mode_list)
         elif line.startswith("@@step "):
             progress.step(f"{mode}: {line[7:]}")
         else:
@@ -893,35 +746,15 @@ def _run_worker(mode, args, names, progress, tmpdir, env_extra):
     return out, plan
 
 
-_LOADED = object()  # source_fingerprint's default: the extension this process imported
-_FFI_SOURCES = (".h", ".cc", ".cmake", ".txt")  # what ffi_sha256 hashes and extension_stale compares
-REBUILD = "pip install --no-build-isolation -e ."  # the advice where the extension is stale
+# What the run measured, whatever --name says: digests of the kernels' sources and the package's
+# Python, the git commit where there is one, and the built extension (stale where a kernel source
+# is newer than it: an editable install not rebuilt after an edit).
+_FFI_SOURCES = (".h", ".cc", ".cmake", ".txt")
+REBUILD = "pip install --no-build-isolation -e ."
 
 
-def source_fingerprint(root=None, extension=_LOADED):
-    """What the run measured, so that a result file names its code whatever --name says: SHA-256
-    digests (first 12 hex digits) of the kernels' sources (ffi/) and of this package's Python
-    (jax_muse_attn/*.py) in the checkout the package is imported from, and the git commit and
-    whether those paths differ from it where git and the .git directory are there (the device
-    machine's copy of a tree has none). None for what is not there (an installed wheel has no
-    ffi/). The built extension the run loads is named too: `extension_sha256`, the digest of its
-    file (`extension`, None where it is not built), and `extension_stale`, true where a kernel
-    source is newer than that file (an editable install not rebuilt after an edit: the run then
-    measured older kernels than `ffi_sha256` names; None where either is missing). The default
-    `extension` is the one this process imported where `root` is the package's own checkout, and
-    none for another `root`."""
-    import hashlib
-
-    own_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    if extension is _LOADED and root not in (None, own_root):
-        extension = None  # another tree's sources against this process's build: not comparable
-    root = root or own_root
-    if extension is _LOADED:
-        from jax_muse_attn import _ffi
-        extension = getattr(_ffi._MODULE, "__file__", None)
-
+def source_fingerprint(root=ROOT, extension=None):
     def sources(sub, suffixes):
-        """The source files under root/sub in a fixed order (None where sub is not there)."""
         top = os.path.join(root, sub)
         if not os.path.isdir(top):
             return None
@@ -942,15 +775,14 @@ def source_fingerprint(root=None, extension=_LOADED):
         return h.hexdigest()[:12]
 
     ffi_files = sources("ffi", _FFI_SOURCES)
-    out = dict(ffi_sha256=digest(ffi_files),
-               python_sha256=digest(sources("jax_muse_attn", (".py",))), git_commit=None, git_dirty=None,
-               extension_sha256=None, extension_stale=None)
+    out = dict(ffi_sha256=digest(ffi_files), python_sha256=digest(sources("jax_muse_attn", (".py",))),
+               git_commit=None, git_dirty=None, extension_sha256=None, extension_stale=None)
     if extension and os.path.isfile(extension):
         with open(extension, "rb") as f:
             out["extension_sha256"] = hashlib.sha256(f.read()).hexdigest()[:12]
         if ffi_files:
             out["extension_stale"] = max(map(os.path.getmtime, ffi_files)) > os.path.getmtime(extension)
-    if os.path.exists(os.path.join(root, ".git")):  # a directory, or a file in a git worktree
+    if os.path.exists(os.path.join(root, ".git")):
         git = ["git", "-C", root]
         try:
             commit = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
@@ -958,15 +790,19 @@ def source_fingerprint(root=None, extension=_LOADED):
             status = subprocess.run(git + ["status", "--porcelain", "--", "ffi", "jax_muse_attn"],
                                     capture_output=True, text=True, timeout=10, check=True).stdout
         except (OSError, subprocess.SubprocessError):
-            pass  # no git, or not a repository after all: neither is known
+            pass
         else:
             out["git_commit"], out["git_dirty"] = commit, bool(status.strip())
     return out
 
 
+def _loaded_extension():
+    from jax_muse_attn import _ffi
+
+    return getattr(_ffi._MODULE, "__file__", None)
+
+
 def _sources_text(src):
-    """The table header's account of source_fingerprint()'s result ("" for runs saved before
-    session 38, which have none)."""
     if not src:
         return ""
     text = f", sources ffi {src.get('ffi_sha256')} python {src.get('python_sha256')}"
@@ -985,27 +821,27 @@ def _device_name(kind):
 
 
 def _fmt(x, nd=1):
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+    if x is None or isinstance(x, str) or (isinstance(x, float) and not math.isfinite(x)):
         return "–"
     return f"{x:.{nd}f}"
 
 
+def _ratio(a, b):
+    return a / b if a and b else None
+
+
 def build_summary(cfgs, modes, torch_res):
-    """Per-config figures the table and plot use (also stored in the JSON)."""
-    floors = {}
+    """Per-config figures of the table and the plot (stored in the JSON too)."""
+    torch_res = torch_res or {}
+    floors = {f"{k}[{m}]": v for m, r in modes.items() for k, v in r.get("floors", {}).items()}
+    floors.update(torch_res.get("floors", {}))
+    copy = dict(GBps=torch_res.get("floors", {}).get("torch_copy", {}).get("GBps"), source="torch_copy")
     for m, r in modes.items():
-        for k, v in r.get("floors", {}).items():
-            floors[f"{k}[{m}]"] = v
-    for k, v in (torch_res or {}).get("floors", {}).items():
-        floors[k] = v
-    copy_gbps = (torch_res or {}).get("floors", {}).get("torch_copy", {}).get("GBps")
-    copy_src = "torch_copy"
-    if copy_gbps is None:
-        for m, r in modes.items():
-            copy_gbps = r.get("floors", {}).get("jax_copy", {}).get("GBps")
-            copy_src = f"jax_copy[{m}]"
-            if copy_gbps:
-                break
+        if copy["GBps"] is None:
+            copy = dict(GBps=r.get("floors", {}).get("jax_copy", {}).get("GBps"), source=f"jax_copy[{m}]")
+    if copy["GBps"] is None:
+        copy["source"] = None
+    first = next(iter(modes), None)
     rows = []
     for c in cfgs:
         row = dict(config=c.name, kv_mb=c.kv_bytes / 1e6, kv_bytes=c.kv_bytes, L=c.L, R=c.R, window=c.window)
@@ -1015,71 +851,64 @@ def build_summary(cfgs, modes, torch_res):
             status.append(rc.get("status", "missing"))
             row[f"ours_{m}_us"] = rc.get("ours", {}).get("per_call_us")
             row[f"ours_dev_{m}_us"] = rc.get("ours_device", {}).get("per_call_us")
-            row[f"ours_cold_{m}_us"] = rc.get("ours_cold", {}).get("per_call_us")
-            row[f"ours_cold_dev_{m}_us"] = rc.get("ours_cold_device", {}).get("per_call_us")
             row[f"check_{m}"] = rc.get("check")
-            if rc.get("num_splits") is not None:  # the split count the call ran with
-                row.setdefault("num_splits", rc["num_splits"])
             if rc.get("launch_plan") is not None:
                 row.setdefault("launch_plan", rc["launch_plan"])
+            if "ours_cold_device" in rc:
+                row["ours_cold_dev_us"] = rc["ours_cold_device"]["per_call_us"]
             if "reference" in rc:
                 row["reference_us"] = rc["reference"]["per_call_us"]
+        row["num_splits"] = row.get("launch_plan", {}).get("num_splits")
         row["status"] = ("ok" if all(s == "ok" for s in status) else "FAIL" if "FAIL" in status
                          else "ERROR" if "ERROR" in status else "/".join(sorted(set(status))))
-        first = next(iter(modes), None)
-        t = row.get(f"ours_{first}_us") if first else None
-        row["ours_GBps"] = c.kv_bytes / (t * 1e-6) / 1e9 if t and t > 0 else None
-        row["pct_copy"] = 100 * row["ours_GBps"] / copy_gbps if row["ours_GBps"] and copy_gbps else None
-        fr = (torch_res or {}).get("configs", {}).get(c.name, {})
-        row["fi_hot_us"], row["fi_cold_us"] = fr.get("hot_us"), fr.get("cold_us")
-        row["fi_cold_graph_us"] = fr.get("cold_in_graph", {}).get("per_call_us")
+        fr = torch_res.get("configs", {}).get(c.name, {})
+        row["fi_hot_us"] = fr.get("hot_us")
+        row["fi_cold_us"] = fr.get("cold_in_graph", {}).get("per_call_us")
         row["fi_check"] = fr.get("check")
-        row["ratio_to_fi_hot"] = t / row["fi_hot_us"] if t and row["fi_hot_us"] else None
-        td = row.get(f"ours_dev_{first}_us") if first else None  # the same on the device clock
-        row["pct_copy_dev"] = (100 * c.kv_bytes / (td * 1e-6) / 1e9 / copy_gbps
-                               if td and td > 0 and copy_gbps else None)
-        row["ratio_to_fi_hot_dev"] = td / row["fi_hot_us"] if td and row["fi_hot_us"] else None
-        tc = row.get(f"ours_cold_{first}_us") if first else None
-        row["ratio_to_fi_cold"] = tc / row["fi_cold_us"] if tc and row["fi_cold_us"] else None
-        tcd = row.get(f"ours_cold_dev_{first}_us") if first else None  # both inside a graph
-        row["ratio_to_fi_cold_graph"] = (tcd / row["fi_cold_graph_us"]
-                                         if tcd and row["fi_cold_graph_us"] else None)
-        for k in ("reference_us", "fi_hot_us", "fi_cold_us"):
-            v = row.get(k)
-            row[k.replace("_us", "_GBps")] = c.kv_bytes / (v * 1e-6) / 1e9 if v and v > 0 else None
+        t, td = row.get(f"ours_{first}_us"), row.get(f"ours_dev_{first}_us")
+        for key, us in (("", t), ("_dev", td)):
+            gbps = c.kv_bytes / (us * 1e-6) / 1e9 if us and us > 0 else None
+            row[f"ours{key}_GBps"] = gbps
+            row[f"pct_copy{key}"] = 100 * gbps / copy["GBps"] if gbps and copy["GBps"] else None
+            row[f"ratio_to_fi_hot{key}"] = _ratio(us, row["fi_hot_us"])
+        row["ratio_to_fi_cold"] = _ratio(row.get("ours_cold_dev_us"), row["fi_cold_us"])
         rows.append(row)
-    return rows, floors, dict(GBps=copy_gbps, source=copy_src if copy_gbps else None)
+    return rows, floors, copy
+
+
+def _plan_text(plan):
+    """The launch plan in a few characters: the split kernel, +pdl where the merge is a
+    programmatic dependent launch."""
+    if not plan or "split_kernel" not in plan:
+        return "–"
+    kernel = "fill_ring" if plan.get("split_fill_ring") else plan["split_kernel"]  # an older record's flag
+    return kernel + ("+pdl" if plan.get("merge_pdl") else "")
 
 
 def format_table(rows, mode_names, copy):
     m0 = mode_names[0]
-    hdr = ["config", "KV MB", "splits"] + [f"ours {m} µs" for m in mode_names] + [
-        "GB/s", "% copy", "×FI hot", f"ours {m0} dev µs", "% copy dev", "×FI dev", "FI hot µs",
-        "FI cold µs", "ours cold µs", "ours cold dev µs", "FI cold graph µs", "×FI cold graph",
-        "ref µs", "check"]
+    hdr = ["config", "KV MB", "splits", "split kernel", f"ours µs ({' / '.join(mode_names)})",
+           "ours dev µs", "GB/s dev", "% copy (host / dev)", "FI hot µs", "× FI hot (host / dev)",
+           "cold µs, ours / FI", "× FI cold", "ref µs", "check"]
     lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in rows:
-        fail = r["status"] != "ok"
-        cells = [r["config"], _fmt(r["kv_mb"]), _fmt(r.get("num_splits"), 0)]
-        cells += ["FAIL" if fail and r.get(f"check_{m}") and not r[f"check_{m}"].get("ok") else _fmt(r.get(f"ours_{m}_us"))
-                  for m in mode_names]
+        def ours(m):
+            chk = r.get(f"check_{m}")
+            return "FAIL" if chk and not chk.get("ok") else _fmt(r.get(f"ours_{m}_us"))
         fic = r.get("fi_check")
-        cells += [_fmt(r.get("ours_GBps"), 0), _fmt(r.get("pct_copy"), 0), _fmt(r.get("ratio_to_fi_hot"), 2),
-                  _fmt(r.get(f"ours_dev_{m0}_us")), _fmt(r.get("pct_copy_dev"), 0),
-                  _fmt(r.get("ratio_to_fi_hot_dev"), 2),
-                  _fmt(r.get("fi_hot_us")) + ("" if not fic or fic.get("ok") else " (FI wrong)"),
-                  _fmt(r.get("fi_cold_us")), _fmt(r.get(f"ours_cold_{m0}_us")),
-                  _fmt(r.get(f"ours_cold_dev_{m0}_us")), _fmt(r.get("fi_cold_graph_us")),
-                  _fmt(r.get("ratio_to_fi_cold_graph"), 2), _fmt(r.get("reference_us")),
-                  r["status"]]
+        cells = [r["config"], _fmt(r["kv_mb"]), _fmt(r.get("num_splits"), 0), _plan_text(r.get("launch_plan")),
+                 " / ".join(ours(m) for m in mode_names), _fmt(r.get(f"ours_dev_{m0}_us")),
+                 _fmt(r.get("ours_dev_GBps"), 0),
+                 f"{_fmt(r.get('pct_copy'), 0)} / {_fmt(r.get('pct_copy_dev'), 0)}",
+                 _fmt(r.get("fi_hot_us")) + ("" if not fic or fic.get("ok") else " (FI wrong)"),
+                 f"{_fmt(r.get('ratio_to_fi_hot'), 2)} / {_fmt(r.get('ratio_to_fi_hot_dev'), 2)}",
+                 f"{_fmt(r.get('ours_cold_dev_us'))} / {_fmt(r.get('fi_cold_us'))}",
+                 _fmt(r.get("ratio_to_fi_cold"), 2), _fmt(r.get("reference_us")), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append(f"copy bandwidth floor: {_fmt(copy.get('GBps'), 0)} GB/s ({copy.get('source')}); "
-                 f"GB/s and % copy from ours with command buffers {m0}; ×FI hot = ours {m0} / FlashInfer hot; "
-                 f"dev: ours {m0} timed on the device clock (the same chains), % copy and ×FI of it; "
-                 f"cold: ours = paired (flush, call) chains by the host's clock, FI = one graph replay "
-                 f"after a flush (the anchors' way, its launch included); cold dev / graph: each call "
-                 f"after a flush between two device timestamps inside the graph, ours and FI alike.")
+    lines += ["", f"µs a call; host: wall clock, dev: the device's clock (the same chains), command buffers "
+                  f"{m0} unless named; % copy against {_fmt(copy.get('GBps'), 0)} GB/s ({copy.get('source')}); "
+                  f"cold: each call after an L2 flush, inside the jit or graph, by device timestamps; "
+                  f"FI = FlashInfer fa2."]
     return "\n".join(lines)
 
 
@@ -1089,30 +918,31 @@ def make_plot(rows, path, mode_names):
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
     except Exception as e:
         return f"plot skipped: matplotlib not importable ({e!r})"
-    impls = [(f"ours_{m}_us", f"ours (cmdbuf {m})") for m in mode_names] + [
-        (f"ours_cold_{mode_names[0]}_us", "ours cold"),
-        (f"ours_cold_dev_{mode_names[0]}_us", "ours cold (in graph, device clock)"),
+    m0 = mode_names[0]
+    impls = [(f"ours_{m}_us", f"ours (command buffers {m})") for m in mode_names] + [
+        (f"ours_dev_{m0}_us", "ours, device clock"), ("ours_cold_dev_us", "ours cold"),
         ("fi_hot_us", "FlashInfer fa2 hot"), ("fi_cold_us", "FlashInfer fa2 cold"),
-        ("fi_cold_graph_us", "FlashInfer fa2 cold (in graph)"), ("reference_us", "jnp reference")]
+        ("reference_us", "jnp reference")]
     rs = sorted({r["R"] for r in rows})
     fig, axes = plt.subplots(2, len(rs), figsize=(4 * len(rs), 7), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     used = set()
     for j, R in enumerate(rs):
         sub = [r for r in rows if r["R"] == R]
-        for k, (key, label) in enumerate(impls):
+        for k, (key, _) in enumerate(impls):
             col = colors[k % len(colors)]
             for row_i, conv in ((0, lambda r, t: t), (1, lambda r, t: r["kv_bytes"] / (t * 1e-6) / 1e9)):
                 ax = axes[row_i][j]
                 full = sorted([r for r in sub if r["window"] is None and r.get(key)], key=lambda r: r["L"])
+                swa = [r for r in sub if r["window"] is not None and r.get(key)]
                 if full:
                     ax.plot([r["L"] for r in full], [conv(r, r[key]) for r in full], "o-", color=col)
-                    used.add(k)
-                swa = [r for r in sub if r["window"] is not None and r.get(key)]
                 if swa:
                     ax.plot([r["L"] for r in swa], [conv(r, r[key]) for r in swa], "*", color=col, ms=12)
+                if full or swa:
                     used.add(k)
         for row_i, yl in ((0, "µs per call"), (1, "GB/s (KV bytes read / time)")):
             ax = axes[row_i][j]
@@ -1122,8 +952,6 @@ def make_plot(rows, path, mode_names):
             ax.set_ylabel(yl)
             ax.grid(True, which="both", alpha=0.3)
         axes[0][j].set_title(f"R = {R}")
-    from matplotlib.lines import Line2D
-
     handles = [Line2D([], [], color=colors[k % len(colors)], marker="o", label=impls[k][1]) for k in sorted(used)]
     if handles:
         fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8)
@@ -1135,8 +963,8 @@ def make_plot(rows, path, mode_names):
     return None
 
 
-# --budget-s parts: the first JAX worker (it also times the reference) 1.3, each other JAX worker
-# 1, the torch worker (FlashInfer and the floors, ~10-15 s on an H200) this much.
+# --budget-s parts: the first JAX worker (it also times the reference and cold) 1.3, each other
+# JAX worker 1, the torch worker (FlashInfer and the floors: seconds) this much.
 TORCH_BUDGET_PART = 0.15
 
 
@@ -1151,65 +979,54 @@ def parent(args):
     progress = _Progress()
     os.makedirs(args.out, exist_ok=True)
     started = datetime.datetime.now().isoformat(timespec="seconds")
-    source = source_fingerprint()  # the sources as the run starts (not as it ends)
+    source = source_fingerprint(extension=_loaded_extension())  # the sources as the run starts
     if source.get("extension_stale"):
-        print("WARNING: the built extension is older than a kernel source under ffi/; this run "
-              f"measures the old build (rebuild: {REBUILD})", file=sys.stderr)
+        _log(f"WARNING: the built extension is older than a source under ffi/; this run measures "
+             f"the old build (rebuild: {REBUILD})")
     modes, plan, errors = {}, None, []
-    t_start = time.time()
-    # --budget-s: workers run one after the other; each, when it starts, gets its part of the time
-    # left (worker_deadline), so what one leaves unused goes to those after it.
-    torch_importable = importlib.util.find_spec("torch") is not None
-    torch_runs = not args.no_flashinfer and torch_importable
+    # --budget-s: the workers run one after the other; each, when it starts, gets its part of the
+    # time left, so what one leaves unused goes to those after it.
+    torch_runs = not args.no_flashinfer and importlib.util.find_spec("torch") is not None
     parts = [1.3] + [1.0] * (len(args.mode_list) - 1) + ([TORCH_BUDGET_PART] if torch_runs else [])
-    t_end = t_start + args.budget_s if args.budget_s else None
+    t_end = time.time() + args.budget_s if args.budget_s else None
     with tempfile.TemporaryDirectory() as tmp:
         for i, m in enumerate(args.mode_list):
-            extra = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + MODES[m]).strip()}
-            if t_end:
-                extra["_deadline_at"] = worker_deadline(time.time(), t_end, parts[i:])
-            if i == 0:  # the first mode's worker also times the reference and cold on the device clock
-                extra["_time_reference"] = True
-                extra["_cold_device"] = True
-            res, p = _run_worker(m, args, plan, progress, tmp, extra)
-            if plan is None:
-                plan = p
+            env = {"XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " " + MODES[m]).strip()}
+            deadline = worker_deadline(time.time(), t_end, parts[i:]) if t_end else None
+            res, p = _run_worker(m, args, plan, progress, tmp, env, deadline, first=i == 0)
+            if res.get("fatal"):
+                _log(f"bench: {res['fatal']}")
+                return 2
+            plan = plan if plan is not None else p
             modes[m] = res
             errors += [f"[{m}] {e}" for e in res.get("errors", [])]
-        torch_res = None
-        if plan is None:
-            plan = []
+        plan = plan or []
         if args.no_flashinfer:
             torch_res = dict(unavailable="skipped (--no-flashinfer)")
-        elif not torch_importable:
+        elif not torch_runs:
             torch_res = dict(unavailable="torch not importable")
-        elif all(r.get("platform") == "cpu" for r in modes.values()):
-            torch_res = dict(unavailable="JAX runs on CPU: FlashInfer and GPU floors not run")
+        elif all(r.get("backend") == "cpu" for r in modes.values()):
+            torch_res = dict(unavailable="JAX runs on the CPU: FlashInfer and the GPU floors not run")
         else:
-            progress.add_total(len(plan))
-            extra = {}
-            if args.flashinfer_path and os.path.isdir(args.flashinfer_path):  # torch worker only
-                extra["PYTHONPATH"] = os.pathsep.join(
-                    [args.flashinfer_path] + [x for x in [os.environ.get("PYTHONPATH")] if x])
-            if t_end:
-                extra["_deadline_at"] = t_end
-            torch_res, _ = _run_worker("torch", args, plan, progress, tmp, extra)
+            progress.total += len(plan)
+            env = {}
+            if args.flashinfer_path:  # the torch worker's only
+                rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+                env["PYTHONPATH"] = os.pathsep.join([args.flashinfer_path] + rest)
+            torch_res, _ = _run_worker("torch", args, plan, progress, tmp, env, t_end)
             errors += [f"[torch] {e}" for e in torch_res.get("errors", [])]
-            while progress.n < progress.total:
-                progress.step("torch: " + str(torch_res.get("unavailable", "done")))
-    progress.close()
 
     cfgs = [parse_config(n) for n in plan]
     env = next(iter(modes.values()), {})
-    name = args.name or _device_name(env.get("device_kind") if env.get("platform") != "cpu" else "cpu")
+    name = args.name or _device_name(env.get("device_kind") if env.get("backend") != "cpu" else "cpu")
     meta = dict(started=started, finished=datetime.datetime.now().isoformat(timespec="seconds"),
                 argv=sys.argv, args={k: v for k, v in vars(args).items()}, name=name,
                 modes={m: MODES[m] for m in modes}, tolerance=dict(atol=ATOL, rtol=RTOL),
-                source=source, method=__doc__)
-    return write_outputs(args.out, name, meta, cfgs, modes, torch_res, errors, args.repeats)
+                launch_override=os.environ.get(LAUNCH_ENV, ""), source=source)
+    return write_outputs(args.out, name, meta, cfgs, modes, torch_res, errors)
 
 
-def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors, repeats):
+def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors):
     """The table, plot and JSON of a run from its workers' raw figures (also --render)."""
     env = next(iter(modes.values()), {})
     rows, floors, copy = build_summary(cfgs, modes, torch_res)
@@ -1217,30 +1034,32 @@ def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors, repeats):
     ok = bool(cfgs) and all(set(r["status"].split("/")) <= {"ok", "skipped"} for r in rows) and not any(
         r.get("returncode") for r in modes.values())
     skipped = [r["config"] for r in rows if r["status"] != "ok" and "skipped" in r["status"]]
-    table = format_table(rows, list(modes), copy)
     fl = []
     for k, v in floors.items():
         if isinstance(v, dict):
-            for kk in ("GBps", "per_call_us", "graph1_back_to_back_us", "per_kernel_in_graph100_us"):
-                if v.get(kk) is not None:
-                    fl.append(f"{k} {kk}={_fmt(v[kk], 2)}")
+            fl += [f"{k} {kk}={_fmt(v[kk], 2)}" for kk in ("GBps", "per_call_us", "per_kernel_in_graph100_us")
+                   if v.get(kk) is not None]
         else:
             fl.append(f"{k}={_fmt(v, 2)}")
-    fi_state = torch_res.get("unavailable") or f"FlashInfer {torch_res.get('flashinfer', {}).get('version', '?')}"
-    header = (f"device {env.get('device_kind')} ({env.get('platform')}), jax {env.get('jax')}, "
-              f"{fi_state}, repeats {repeats}{_sources_text(meta.get('source'))}")
-    text = "\n".join([header, "", table, "", "floors: " + "; ".join(fl)] + (["", "errors:"] + errors if errors else []))
+    fi_state = (torch_res or {}).get("unavailable") or \
+        f"FlashInfer {(torch_res or {}).get('flashinfer', {}).get('version', '?')}"
+    args = meta.get("args", {})
+    pinned = [f"{LAUNCH_ENV}={meta['launch_override']}"] if meta.get("launch_override") else []
+    pinned += [f"--num-splits {args['num_splits']}"] if args.get("num_splits") else []
+    header = (f"device {env.get('device_kind')} ({env.get('backend', env.get('platform'))}), jax {env.get('jax')}, "
+              f"{fi_state}, repeats {args.get('repeats')}{_sources_text(meta.get('source'))}"
+              + (f"; {', '.join(pinned)}" if pinned else ""))
+    text = "\n".join([header, "", format_table(rows, list(modes), copy), "", "floors: " + "; ".join(fl)]
+                     + (["", "errors:"] + errors if errors else []))
     print(text)
-    out = dict(meta=meta,
-               configs=[c.as_dict() for c in cfgs], summary=rows, floors=floors, copy_floor=copy,
-               workers=dict(modes, torch=torch_res), errors=errors, skipped=skipped,
-               all_checks_passed=ok)
+    out = dict(meta=meta, configs=[c.as_dict() for c in cfgs], summary=rows, floors=floors, copy_floor=copy,
+               workers=dict(modes, torch=torch_res), errors=errors, skipped=skipped, all_checks_passed=ok)
     jpath = os.path.join(out_dir, f"{name}.json")
     _save(jpath, out)
     with open(os.path.join(out_dir, f"{name}.md"), "w") as f:
         f.write(text + "\n")
     msg = make_plot(rows, os.path.join(out_dir, f"{name}.png"), list(modes))
-    print(msg or f"wrote {jpath}, {name}.md, {name}.png in {out_dir}")
+    print(msg or f"wrote {jpath}, {name}.md, {name}.png")
     if skipped:
         print(f"{len(skipped)} config(s) not measured in every mode (--budget-s ran out): {', '.join(skipped)}")
     print("ALL CHECKS PASSED" if ok else "SOME CHECKS FAILED (or a config errored, or a worker crashed): exit 1")
@@ -1248,64 +1067,61 @@ def write_outputs(out_dir, name, meta, cfgs, modes, torch_res, errors, repeats):
 
 
 def render(path, out_dir=None):
-    """Re-renders a saved run (NAME.json: its workers' raw figures) into NAME.{json,md,png} with
-    this version's summary, table and plot, e.g. after a column was added. Measures nothing.
-    NAME is the file's, not the name the run was made under (results are renamed when archived:
-    rendering one never writes over another run's files)."""
+    """Re-renders a saved run (NAME.json, its workers' raw figures) into NAME.{json,md,png} with
+    this file's summary, table and plot; measures nothing. NAME is the file's own stem, so a
+    renamed copy never writes over the run it was copied from."""
     with open(path) as f:
         saved = json.load(f)
     name = os.path.splitext(os.path.basename(path))[0]
     meta = dict(saved["meta"], name=name, rendered=datetime.datetime.now().isoformat(timespec="seconds"))
-    if saved["meta"].get("name") != name:
-        meta["run_name"] = saved["meta"].get("run_name", saved["meta"].get("name"))
     workers = saved["workers"]
     modes = {m: workers[m] for m in saved["meta"]["modes"] if m in workers}
     cfgs = [parse_config(c["name"]) for c in saved["configs"]]
-    repeats = saved["meta"].get("args", {}).get("repeats")
-    return write_outputs(out_dir or os.path.dirname(os.path.abspath(path)), name, meta,
-                         cfgs, modes, workers.get("torch"), saved.get("errors", []), repeats)
+    return write_outputs(out_dir or os.path.dirname(os.path.abspath(path)), name, meta, cfgs, modes,
+                         workers.get("torch"), saved.get("errors", []))
 
 
-DEFAULT_OUT = os.path.join("benchmarks", "results")
+DEFAULT_OUT = os.path.join(HERE, "results")
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog="python -m jax_muse_attn.bench", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python benchmarks/bench.py", description=__doc__.split("\n")[0])
     ap.add_argument("--configs", default="", help="comma-separated config names or fnmatch patterns "
-                    "(e.g. 'full128k-*,swa32k-r1'); default all of the grid")
-    ap.add_argument("--quick", action="store_true",
-                    help="a small grid (GPU: 5 configs; CPU: 2 tiny configs)")
-    ap.add_argument("--out", default=None,
-                    help=f"output folder (default {DEFAULT_OUT}; with --render, the saved run's folder)")
-    ap.add_argument("--name", default=None, help="file stem (default from the device kind, e.g. h200)")
-    ap.add_argument("--repeats", type=int, default=20, help="timed repeats a measurement (median)")
-    ap.add_argument("--modes", default="on,off", help="command-buffer modes to run: on,off")
-    ap.add_argument("--chain", type=int, default=40, help="max calls N in a chain (ours)")
-    ap.add_argument("--ref-chain", type=int, default=10, help="max calls N in a reference chain")
-    ap.add_argument("--cold-chain", type=int, default=30, help="(flush, call) pairs in the cold chain")
-    ap.add_argument("--target-ms", type=float, default=30.0, help="N is cut so a chain runs about this long")
-    ap.add_argument("--no-flashinfer", action="store_true", help="skip the torch/FlashInfer worker")
-    ap.add_argument("--no-device-clock", action="store_true",
-                    help="skip the device-clock timing of our chains (the 'dev' column)")
-    ap.add_argument("--flashinfer-path", default="/tmp/site",
-                    help="folder put first on PYTHONPATH of the torch/FlashInfer worker only, where it "
-                         "exists (default /tmp/site, where the anchors' tarball is extracted)")
+                    "(e.g. 'full128k-*,swa32k-r1'); default: the whole grid")
+    ap.add_argument("--quick", action="store_true", help="a small grid (GPU: 5 configs; CPU: 2 tiny ones)")
+    ap.add_argument("--num-splits", type=int, default=None, metavar="N",
+                    help="pin the split count of every call (default: the launch plan's)")
+    ap.add_argument("--modes", default="on,off", help="XLA command-buffer modes to run, in order: on,off")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="wall-clock budget: workers skip the configs left when their share runs out")
+    ap.add_argument("--out", default=None, help=f"output folder (default {os.path.relpath(DEFAULT_OUT)}; "
+                    "with --render, the saved run's folder)")
+    ap.add_argument("--name", default=None, help="file stem (default from the device kind, e.g. h200)")
+    ap.add_argument("--repeats", type=int, default=20, help="timed repeats a measurement (median)")
+    ap.add_argument("--chain", type=int, default=40, help="most calls N in a timed chain")
+    ap.add_argument("--no-flashinfer", action="store_true", help="skip the torch / FlashInfer worker")
+    ap.add_argument("--no-device-clock", action="store_true",
+                    help="skip the device-clock timings (the dev and cold columns)")
+    ap.add_argument("--flashinfer-path", default=None, metavar="DIR",
+                    help="a folder put first on the FlashInfer worker's PYTHONPATH (only there)")
     ap.add_argument("--render", default=None, metavar="JSON",
-                    help="measure nothing: re-render a saved run's table, plot and summary (NAME.json)")
+                    help="measure nothing: redraw a saved run's table, plot and summary")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--deadline-at", type=float, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--result-file", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--time-reference", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--cold-device", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--first", action="store_true", help=argparse.SUPPRESS)
     return ap
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    ap = build_parser()
+    args = ap.parse_args(argv)
     if args.render:
         return render(args.render, args.out)
+    if args.num_splits is not None and args.num_splits < 1:
+        ap.error("--num-splits must be >= 1")
+    if args.repeats < 1 or args.chain < 2:
+        ap.error("--repeats must be >= 1 and --chain >= 2")
     if args.worker == "torch":
         return torch_worker(args)
     if args.worker:
@@ -1314,7 +1130,10 @@ def main(argv=None) -> int:
     args.mode_list = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.mode_list if m not in MODES]
     if bad or not args.mode_list:
-        raise SystemExit(f"--modes: unknown {bad}; choose from {list(MODES)}")
+        ap.error(f"--modes: unknown {bad}; choose from {list(MODES)}")
+    for pat in (p.strip() for p in args.configs.split(",")):
+        if pat and not any(ch in pat for ch in "*?[") and not re.fullmatch(r"(full|swa)\d+k?(-w\d+)?-r\d+", pat):
+            ap.error(f"--configs: bad config name {pat!r} (e.g. full32k-r4, swa32k-r1, 'full128k-*')")
     return parent(args)
 
 

@@ -1,7 +1,8 @@
 // The output check of benchmarks/kernel_bench.cu (MUSE_KB_CHECK=1): the kernels' bf16 output
 // against a naive float64 attention written from the spec (README.md, Semantics), key by key,
 // for a sample of requests. Independent of the kernels' algorithm (no tiles, no segments, no
-// online softmax). Host code only; tests/test_kb_check.py checks it against the CPU handler.
+// online softmax). Host code only; benchmarks/tests/test_kb_check.py checks it against the CPU
+// handler.
 #ifndef MUSE_ATTN_BENCHMARKS_KB_CHECK_H_
 #define MUSE_ATTN_BENCHMARKS_KB_CHECK_H_
 

@@ -1,6 +1,6 @@
-// What the standalone GPU probes (latency_probe.cu, pdl_probe.cu, read_floor_probe.cu) share: a
-// CUDA-call check that ends main with 1, the device's global timer, and a launch that is plain or
-// a programmatic dependent of the stream's previous kernel. Each probe is still one nvcc command.
+// What a standalone GPU probe (read_floor_probe.cu) needs besides its kernels: a CUDA-call check
+// that returns 1 from the calling function, and a launch that is plain or a programmatic
+// dependent of the stream's previous kernel. A probe stays one nvcc command.
 #ifndef MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_
 #define MUSE_ATTN_BENCHMARKS_PROBE_COMMON_H_
 
@@ -17,13 +17,6 @@
       return 1;                                                              \
     }                                                                        \
   } while (0)
-
-// %globaltimer, ns (in ~0.26 us steps on an H200).
-__device__ __forceinline__ uint64_t gtimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
 
 // kernel<<<grid, threads, 0, st>>>(args...), as a programmatic dependent launch of the kernel
 // before it on st where `dependent` (its griddepcontrol.wait then waits for that kernel), plainly

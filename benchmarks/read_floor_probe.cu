@@ -9,7 +9,7 @@
 // programmatic dependent launch released at the read's start): the least a split + merge design
 // adds for its second launch. Ours pays the math, the partials and the merge besides.
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/read_floor benchmarks/read_floor_probe.cu
-//   /tmp/read_floor [L R window] ...   (window 0: full; no arguments: the issue's grid)
+//   /tmp/read_floor [L R window] ...   (window 0: full; no arguments: the benchmark's grid)
 // SWA reads the last ceil((window + 7) / 16) + 1 pages of a request (what a call touches at most),
 // its bytes counted as kernel_bench counts them (window + 7 keys).
 #include <cuda_runtime.h>
@@ -79,10 +79,8 @@ struct Timer {
   cudaStream_t st;
   cudaEvent_t e0, e1;
   // Per call: a graph of n calls of f, launched n times back to back (after one launch to warm
-  // up) between two events; best of 5 such rounds. As kernel_bench's graph figure (its time_loop
-  // over cudaGraphLaunch): one graph launch per timing instead read 0.04-0.14 us a call slower
-  // at up to 33.6 MB (likely the launch's own cost spread over 20 calls instead of 400; NOTES.md
-  // version 51).
+  // up) between two events; best of 5 such rounds, as kernel_bench times its graph. (Timing one
+  // graph launch instead adds that launch's own cost, spread over n calls rather than n * n.)
   template <class F>
   float graph_us(F f, int n = 20) {
     cudaGraph_t g;
@@ -200,7 +198,7 @@ int main(int argc, char** argv) {
       if (run(tm, sms, copy_gbps, std::atoi(argv[i]), std::atoi(argv[i + 1]), std::atoi(argv[i + 2]))) return 1;
     return 0;
   }
-  // The speed issue's grid: SWA 2048 at 32k, full 2k / 8k / 32k / 128k; R = 1, 2, 4, 8, 16.
+  // The benchmark's grid: SWA 2048 at 32k, full 2k / 8k / 32k / 128k; R = 1, 2, 4, 8, 16.
   std::vector<std::array<int, 3>> grid;
   for (int L : {32768, 2048, 8192, 32768, 131072})
     for (int R : {1, 2, 4, 8, 16}) grid.push_back({L, R, grid.size() < 5 ? 2048 : 0});

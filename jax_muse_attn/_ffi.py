@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 
 TARGET_NAME = "jax_muse_attn_verify_attention"
-# The benchmarks' device clock (ffi/gpu/device_clock_gpu.cc, ffi/cpu/device_clock_cpu.cc).
+# The device clock (ffi/gpu/device_clock_gpu.cc, ffi/cpu/device_clock_cpu.cc), registered here;
+# its helpers are the benchmark's (benchmarks/device_clock.py).
 CLOCK_TARGET_NAME = "jax_muse_attn_device_clock"
 
 # XLA platform name (as registered) -> handler capsule; empty when the extension is missing.
@@ -84,43 +85,6 @@ def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: 
         shapes.num_requests, shapes.pages, shapes.window, d["vendor"], d["multiprocessors"],
         d["compute_major"], d["warp_size"], d["merge_can_wait"], d["has_two_pairs"],
         int(num_splits), overrides))
-
-
-def device_clock(after):
-    """The device's clock in ns when the computation reaches this point: a uint32[2] array (low,
-    high; clock_ns() joins them on the host) read after `after` was computed (any array; not
-    read). On a GPU a one-thread kernel reads the GPU's clock (NVIDIA %globaltimer, AMD
-    wall_clock64), on the CPU the host's steady clock. For benchmarks: time a chain of calls on the
-    device between two reads (the first read's result must feed the chain, see order_after).
-    Side-effecting, so that XLA never merges two reads of the same operand into one."""
-    return jax.ffi.ffi_call(CLOCK_TARGET_NAME, jax.ShapeDtypeStruct((2,), jnp.uint32),
-                            has_side_effect=True)(after)
-
-
-def order_after(x, clock):
-    """x, made to depend on a device_clock() result, so that whatever consumes it runs after the
-    clock read: an elementwise select that never takes its other branch (the clock's high word is
-    far below 2^32 - 1). An optimization barrier would not do: it orders nothing on the device."""
-    return jnp.where(clock[1] == jnp.uint32(0xFFFFFFFF), jnp.zeros_like(x), x)
-
-
-def clocked_chain(step, n):
-    """f(x, *rest) -> (t0, t1): n calls x = step(x, *rest) between two device_clock() reads, the
-    first feeding the chain's input (order_after), the second following its last output. For
-    timing a chain on the device (jit it; under shard_map each device reads its own clock)."""
-    def f(x, *rest):
-        t0 = device_clock(x)
-        x = order_after(x, t0)
-        for _ in range(n):
-            x = step(x, *rest)
-        return t0, device_clock(x)
-    return f
-
-
-def clock_ns(clock) -> int:
-    """The ns value of a device_clock() result, on the host."""
-    lo, hi = (int(v) for v in np.asarray(clock, dtype=np.uint32))
-    return (hi << 32) | lo
 
 
 # The launch plan's split kernels in the handlers' numbering (gpu::SplitKernel).

@@ -1,10 +1,12 @@
 """Device-only compile checks of the GPU kernels (no GPU needed).
 
-Needs nvcc for CUDA and a HIP-capable clang for HIP (`bash .ci/install_gpu_compilers.sh`);
-each test skips, with the reason, only when its compiler is absent.
+Needs nvcc for CUDA and a HIP-capable clang for HIP (`bash .ci/install_gpu_compilers.sh`). Where
+a toolchain is absent or incomplete, each test skips and names the missing piece and what
+installs it; a complete toolchain that fails to build the kernels fails the test.
 """
 
 import glob
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -131,23 +133,28 @@ def hip_chains():
 
 def _require_nvcc():
     if not gcc.find_nvcc():
-        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): CUDA compile check not run")
+        pytest.skip("nvcc not found (PATH, /usr/local/cuda/bin): install the CUDA toolkit")
 
 
 def _require_hip(chains, arch):
+    """Returns where some toolchain builds arch; skips, naming what is missing, where none is
+    complete; fails where a complete distro clang or ROCm cannot build gfx942 (the build's fault)."""
+    no_distro = gcc.find_distro_clang()[1]
     if not chains:
-        pytest.skip("no HIP-capable clang (ROCm clang, clang++-19 + libamdhip64-dev + "
-                    "rocm-device-libs, or ziglang): run .ci/install_gpu_compilers.sh")
-    why = []
+        pytest.skip(f"no HIP-capable clang: {no_distro}; or a ROCm install, or pip install ziglang")
+    missing, broken = [], []
     for c in chains:
         try:
             c.flags(arch)
             return
+        except gcc.Missing as e:
+            missing.append(str(e))
         except gcc.Unsupported as e:
-            why.append(str(e))
-    if arch == "gfx942":  # the distro clang 19 path must work whenever a HIP clang exists
-        pytest.fail(f"HIP clang found but it cannot build {arch}: {' | '.join(why)}")
-    pytest.skip(f"no toolchain builds {arch}: {' | '.join(why)}")
+            broken.append((c.kind, str(e)))
+    if arch == "gfx942" and any(kind in ("distro", "rocm") for kind, _ in broken):
+        pytest.fail(f"a complete HIP clang cannot build {arch}: {' | '.join(w for _, w in broken)}")
+    pytest.skip(f"no toolchain here builds {arch}: "
+                + " | ".join(missing + [w for _, w in broken] + ([no_distro] if no_distro else [])))
 
 
 def _assert_clean(res, source):
@@ -182,7 +189,8 @@ def _sources():
 
 
 @pytest.mark.parametrize("source", _sources(), ids=lambda s: os.path.basename(s) if s else "none")
-@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_80", "sm_100"])  # sm_90a: the warpgroup MMA path; the README: sm_80 and newer
+# sm_90a: the warpgroup MMA path; sm_80 and newer are supported.
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "sm_80", "sm_100"])
 def test_cuda_kernels(source, arch):
     _require_nvcc()
     _assert_clean(gcc.check_cuda(source, arch, INCLUDES, [], [], None), source)
@@ -229,13 +237,30 @@ ptxas info    : Used 255 registers, used 1 barriers, 49152 bytes smem, 360 bytes
     assert gcc.isa_version("gfx950") == 9500 and gcc.isa_version("gfx1100") == 11000
 
 
+def _rocm_build_missing(chains):
+    """(the distro clang, what the ROCm handler's CMake build needs and is not installed here)."""
+    chain = next((c for c in chains if c.kind == "distro"), None)
+    if chain is None:
+        return None, [gcc.find_distro_clang()[1] or "no distro clang"]
+    missing = [] if shutil.which("cmake") else ["cmake (pip install cmake)"]
+    if importlib.util.find_spec("nanobind") is None:
+        missing.append("nanobind (pip install nanobind)")
+    missing += gcc.cmake_hip_missing(chain)
+    if not missing:
+        try:
+            chain.flags("gfx942")  # the device libraries; a toolchain that is complete but broken raises on
+        except gcc.Missing as e:
+            missing.append(str(e))
+    return chain, missing
+
+
 def test_rocm_handler_builds(tmp_path, hip_chains):
     """The CMake project builds the ROCm handler (ffi/gpu/hip.cmake: CMake's HIP language) and
     the module registers it as "ROCM": with the distro clang-19 + Debian HIP toolchain of
     .ci/install_gpu_compilers.sh, for gfx942, the CUDA handler off (one GPU vendor a build)."""
-    chain = next((c for c in hip_chains if c.kind == "distro"), None)
-    if chain is None:
-        pytest.skip("no distro clang-19 HIP toolchain: run .ci/install_gpu_compilers.sh")
+    chain, missing = _rocm_build_missing(hip_chains)
+    if missing:
+        pytest.skip("the ROCm handler's CMake build needs " + "; ".join(missing))
     build = tmp_path / "build"
     configure = ["cmake", "-S", os.path.join(ROOT, "ffi"), "-B", str(build),
                  f"-DPython_EXECUTABLE={sys.executable}", "-DMUSE_ATTN_CUDA=OFF",
@@ -256,6 +281,48 @@ def test_rocm_handler_builds(tmp_path, hip_chains):
     r = subprocess.run([sys.executable, "-c", probe, so], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
     assert r.stdout.strip() == "['ROCM', 'cpu']", r.stdout
+
+
+def _relocated_clang(tmp_path, chain):
+    """This machine's distro clang run from an install folder of its own (tmp_path/bin, with its
+    linker, and tmp_path/lib pointing at the real lib/): clang looks for its helper programs
+    beside itself, so the real install's clang-offload-bundler is not found, as where Debian's
+    clang-tools-NN is not installed."""
+    real = os.path.realpath(chain.cmd[0])
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    try:
+        os.link(real, bindir / "clang")
+    except OSError:
+        shutil.copy2(real, bindir / "clang")
+    (bindir / os.path.basename(chain.cmd[0])).symlink_to("clang")
+    for tool in ("lld", "ld.lld"):  # the linker stays: only the missing bundler is under test
+        if os.path.exists(os.path.join(os.path.dirname(real), tool)):
+            (bindir / tool).symlink_to(os.path.join(os.path.dirname(real), tool))
+    (tmp_path / "lib").symlink_to(os.path.join(os.path.dirname(os.path.dirname(real)), "lib"))
+    return gcc.HipToolchain("distro", [str(bindir / os.path.basename(chain.cmd[0]))], "relocated clang")
+
+
+def test_rocm_build_names_a_missing_offload_bundler(tmp_path, hip_chains, monkeypatch):
+    """Without clang-offload-bundler, CMake stops at "Failed to find HIP root directory": the
+    ROCm handler's test must skip and name the package instead (the clang's own folder hidden)."""
+    chain = next((c for c in hip_chains if c.kind == "distro"), None)
+    if chain is None:
+        pytest.skip(f"no distro clang to relocate: {gcc.find_distro_clang()[1]}")
+    hidden = _relocated_clang(tmp_path, chain)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))  # no bundler on PATH either
+    _, missing = _rocm_build_missing([hidden])
+    major = gcc._clang_major(chain.cmd)
+    assert any(f"clang-offload-bundler (Debian: apt-get install clang-tools-{major})" in m for m in missing), missing
+
+
+def test_rocm_build_names_a_missing_hip_runtime(hip_chains, monkeypatch):
+    chain = next((c for c in hip_chains if c.kind == "distro"), None)
+    if chain is None:
+        pytest.skip(f"no distro clang: {gcc.find_distro_clang()[1]}")
+    monkeypatch.setattr(gcc, "find_hip_runtime_library", lambda: None)
+    _, missing = _rocm_build_missing([chain])
+    assert any("libamdhip64.so (Debian: apt-get install libamdhip64-dev)" in m for m in missing), missing
 
 
 def _cmake_language_flags(path, language):

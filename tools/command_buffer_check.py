@@ -3,7 +3,7 @@ stay right there: runs a chain of calls inside one jit with command buffers on (
 included) and off, checks every output against the jnp reference, times the chain, and greps
 XLA's thunk-sequence dump for the command buffer around the custom calls.
 
-    python scripts/command_buffer_check.py [--dump DIR]
+    python tools/command_buffer_check.py [--dump DIR]
 """
 
 import argparse

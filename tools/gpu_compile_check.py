@@ -6,7 +6,7 @@ compilers print (ptxas ``-v`` / ``-Rpass-analysis=kernel-resource-usage``),
 prints one table per target and fails when a kernel spills (CUDA spill bytes,
 HIP ScratchSize / VGPR spills / dynamic stack).
 
-    python -m jax_muse_attn.tools.gpu_compile_check [--cuda] [--hip]
+    python tools/gpu_compile_check.py [--cuda] [--hip]
         [--arch sm_90a --arch sm_90 --arch gfx942 --arch gfx950] [--sources F ...]
         [--root DIR] [--hip-compiler PATH] [--json PATH] [--strict]
 
@@ -45,8 +45,8 @@ DEFAULT_CUDA_ARCHS = ("sm_90a", "sm_90")  # the default build (warpgroup MMA) an
 DEFAULT_HIP_ARCHS = ("gfx942", "gfx950")
 # The optimisation flags of the real builds (ffi/gpu/cuda.cmake, ffi/gpu/hip.cmake; the tests
 # check they agree), so the tables describe the code that ships: clang's -ffast-math alone would
-# also imply -ffinite-math-only, which muse_attn/softmax_state.h refuses (it deleted the kernels'
-# -inf tests in the HIP build until version 10).
+# also imply -ffinite-math-only, under which clang deletes the kernels' -inf tests
+# (muse_attn/softmax_state.h refuses to compile so).
 CUDA_BUILD_FLAGS = ("-O3", "--use_fast_math")
 HIP_BUILD_FLAGS = ("-O3", "-ffast-math", "-fno-finite-math-only")
 DISTRO_CLANG_VERSIONS = tuple(range(30, 16, -1))  # clang++-30 ... clang++-17
@@ -125,6 +125,10 @@ class TargetResult:
 
 class Unsupported(Exception):
     """This toolchain cannot build this arch; the message says why."""
+
+
+class Missing(Unsupported):
+    """A piece of this toolchain is not installed; the message names it and what installs it."""
 
 
 # --------------------------------------------------------------------------- helpers
@@ -356,22 +360,35 @@ class HipToolchain:
         err = self._trial(arch, flags)
         if err is None:
             return flags
+        if "hip_runtime.h" in err and not find_hip_headers():
+            raise Missing(f"{self.label} finds no {HIP_HEADERS}")
+        self._raise_missing_program(err)
         if "device library" not in err:
             raise Unsupported(f"{self.label} cannot build a trivial {arch} kernel: {_first_error(err)}")
         libdir = prepare_device_libs(arch, self)
         flags = flags + [f"--rocm-device-lib-path={libdir}"]
         err = self._trial(arch, flags)
         if err is not None:
+            self._raise_missing_program(err)
             raise Unsupported(f"{self.label} cannot build a trivial {arch} kernel with {libdir}: "
                               f"{_first_error(err)}")
         return flags
 
+    def _raise_missing_program(self, err: str) -> None:
+        """Missing, naming the package, where clang could not find one of its helper programs."""
+        m = re.search(r'Executable "([^"]+)" doesn\'t exist', err)
+        if m:
+            v = _clang_major(self.cmd) or 19
+            package = {"lld": f"lld-{v}", "ld.lld": f"lld-{v}",
+                       "clang-offload-bundler": f"clang-tools-{v}"}.get(m.group(1), m.group(1))
+            raise Missing(f"{self.label} finds no {m.group(1)} beside it (Debian: apt-get install {package})")
+
     def _zig_flags(self, arch: str) -> List[str]:
         if not self.distro_include:
-            raise Unsupported("ziglang clang needs the HIP wrapper headers of a distro clang "
-                              "(apt-get install clang-19)")
+            raise Missing("ziglang clang needs the HIP wrapper headers of a distro clang "
+                          "(Debian: apt-get install clang-19)")
         if not self.lld_dir:
-            raise Unsupported("ziglang clang needs an lld to link the code object (apt-get install lld-19)")
+            raise Missing("ziglang clang needs an lld to link the code object (Debian: apt-get install lld-19)")
         libdir = prepare_device_libs(arch, self)
         resdir = prepare_zig_resource_dir(self)
         flags = ["-nogpulib", f"-resource-dir={resdir}", f"-B{self.lld_dir}",
@@ -438,12 +455,7 @@ def find_hip_toolchains(user: Optional[str] = None) -> List[HipToolchain]:
             if os.access(c, os.X_OK):
                 chains.append(HipToolchain("rocm", [c], f"ROCm clang {c}"))
                 break
-    distro: Optional[HipToolchain] = None
-    for v in DISTRO_CLANG_VERSIONS:
-        c = shutil.which(f"clang++-{v}")
-        if c and (shutil.which(f"ld.lld-{v}") or os.path.exists(f"/usr/lib/llvm-{v}/bin/ld.lld")):
-            distro = HipToolchain("distro", [c], f"clang {v} ({c})")
-            break
+    distro, _ = find_distro_clang()
     if distro:
         chains.append(distro)
     zig = _find_zig()
@@ -463,6 +475,72 @@ def find_hip_toolchains(user: Optional[str] = None) -> List[HipToolchain]:
         chains.append(HipToolchain("zig", [zig, "clang"], f"ziglang clang {major} ({zig})",
                                    distro_include=inc, lld_dir=lld_dir))
     return chains
+
+
+def find_distro_clang() -> Tuple[Optional[HipToolchain], str]:
+    """The newest distro clang++-NN that has its ld.lld-NN, or None and what is missing."""
+    without_lld = []
+    for v in DISTRO_CLANG_VERSIONS:
+        c = shutil.which(f"clang++-{v}")
+        if not c:
+            continue
+        if shutil.which(f"ld.lld-{v}") or os.path.exists(f"/usr/lib/llvm-{v}/bin/ld.lld"):
+            return HipToolchain("distro", [c], f"clang {v} ({c})"), ""
+        without_lld.append(v)
+    if without_lld:
+        v = without_lld[0]
+        return None, f"clang++-{v} has no ld.lld-{v} to link AMD code objects (Debian: apt-get install lld-{v})"
+    return None, ("no distro clang++-NN on PATH (Debian: apt-get install clang-19 lld-19 llvm-19 "
+                  "clang-tools-19 libclang-rt-19-dev libamdhip64-dev rocm-device-libs, as "
+                  ".ci/install_gpu_compilers.sh does)")
+
+
+HIP_HEADERS = "the HIP headers, hip/hip_runtime.h (Debian: apt-get install libamdhip64-dev)"
+
+
+def _rocm_roots() -> List[str]:
+    return [r for r in (os.environ.get("ROCM_PATH"), os.environ.get("HIP_PATH"), "/opt/rocm") if r]
+
+
+def find_hip_headers() -> Optional[str]:
+    """The include folder holding hip/hip_runtime.h (a ROCm install's or the distro's), or None."""
+    dirs = [os.path.join(r, "include") for r in _rocm_roots()] + ["/usr/include", "/usr/local/include"]
+    return next((d for d in dirs if os.path.exists(os.path.join(d, "hip", "hip_runtime.h"))), None)
+
+
+def find_hip_runtime_library() -> Optional[str]:
+    """libamdhip64.so (the name a build links against), or None."""
+    dirs = [os.path.join(r, lib) for r in _rocm_roots() for lib in ("lib", "lib64")]
+    dirs += sorted(glob.glob("/usr/lib/*-linux-gnu")) + ["/usr/lib64", "/usr/lib", "/usr/local/lib"]
+    return next((os.path.join(d, "libamdhip64.so") for d in dirs
+                 if os.path.exists(os.path.join(d, "libamdhip64.so"))), None)
+
+
+def cmake_hip_missing(chain: HipToolchain) -> List[str]:
+    """What the CMake build of the ROCm handler (ffi/gpu/hip.cmake, CMake's HIP language) needs
+    with a distro clang and is not installed, each named with what installs it; [] when all is
+    there. (Without clang-offload-bundler, CMake stops at "Failed to find HIP root directory".)"""
+    major = _clang_major(chain.cmd) or 19
+    missing = []
+
+    def ask(*flags: str) -> str:
+        try:
+            rc, out = _run([*chain.cmd, *flags], timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        return out.strip().splitlines()[-1] if rc == 0 and out.strip() else ""
+
+    bundler = ask("-print-prog-name=clang-offload-bundler")
+    if not (os.path.isabs(bundler) and os.access(bundler, os.X_OK)):
+        missing.append(f"clang's clang-offload-bundler (Debian: apt-get install clang-tools-{major})")
+    builtins = ask("--rtlib=compiler-rt", "-print-libgcc-file-name")
+    if not (builtins and os.path.exists(builtins)):
+        missing.append(f"clang's compiler-rt builtins (Debian: apt-get install libclang-rt-{major}-dev)")
+    if not find_hip_headers():
+        missing.append(HIP_HEADERS)
+    if not find_hip_runtime_library():
+        missing.append("the HIP runtime library, libamdhip64.so (Debian: apt-get install libamdhip64-dev)")
+    return missing
 
 
 def _find_zig() -> Optional[str]:
@@ -486,7 +564,7 @@ def _find_device_lib_dir(chain: HipToolchain) -> str:
     for c in cands:
         if c and os.path.exists(os.path.join(c, "ocml.bc")):
             return c
-    raise Unsupported("no AMD device libraries (ocml.bc) found; apt-get install rocm-device-libs")
+    raise Missing("no AMD device libraries (ocml.bc) found (Debian: apt-get install rocm-device-libs)")
 
 
 def prepare_device_libs(arch: str, chain: HipToolchain) -> str:
@@ -680,7 +758,7 @@ def run_checks(sources: Sequence[str], cuda_archs: Sequence[str], hip_archs: Seq
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m jax_muse_attn.tools.gpu_compile_check",
+    ap = argparse.ArgumentParser(prog="python tools/gpu_compile_check.py",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--cuda", action="store_true", help="check CUDA (default: both)")
     ap.add_argument("--hip", action="store_true", help="check HIP (default: both)")

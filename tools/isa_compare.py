@@ -8,9 +8,9 @@ addresses, the anonymous namespace's hash), and compares two dumps kernel by ker
     python tools/isa_compare.py tree OLD_TREE [NEW_TREE]     # both dumps, then the diff
 
 TREE holds ffi/ (e.g. `git worktree add /tmp/old HEAD`). Exit 0 when every kernel of the old dump
-has identical code in the new one (after --rename on the old names, which are mangled: a renamed
-kernel's length prefix goes with it, e.g. --rename 18split_kernel_pairs 21split_kernel_two_tile); kernels only the new dump
-has are listed, not compared. nvdisasm: $NVDISASM, else on PATH (pip's nvidia-cuda-nvdisasm).
+has identical code in the new one, after --rename on the old names (mangled: a renamed kernel's
+length prefix goes with it, e.g. --rename 12split_kernel 14split_kernel_v2); kernels only the new
+dump has are listed, not compared. nvdisasm: $NVDISASM, else on PATH (pip's nvidia-cuda-nvdisasm).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """Runs verify_attention (backend="ffi") a few times on benchmark configs, for a profiler.
 
     ncu --clock-control none -k regex:'split_kernel|merge_kernel' --section SpeedOfLight \
-        python scripts/profile_kernels.py swa32k-r1 full32k-r4
-    python scripts/profile_kernels.py --splits 4,8,16 full32k-r4   # one run per split count
+        python tools/profile_kernels.py swa32k-r1 full32k-r4
+    python tools/profile_kernels.py --splits 4,8,16 full32k-r4   # one run per split count
 
-Same data as ``python -m jax_muse_attn.bench`` (config names as there). Each run is checked
-against the jnp reference; prints the wall time of each run (not a benchmark: use the bench).
+Same data and config names as benchmarks/bench.py; MUSE_ATTN_LAUNCH applies as in any call. Each
+run is checked against the jnp reference; prints the wall time of each run (not a benchmark: use
+the benchmark).
 """
 
 from __future__ import annotations
@@ -13,11 +14,17 @@ from __future__ import annotations
 import argparse
 import time
 
+import os
+import sys
+
 import jax
 import numpy as np
 
 import jax_muse_attn
-from jax_muse_attn import bench, reference
+from jax_muse_attn import reference
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import bench  # noqa: E402
 
 
 def main():

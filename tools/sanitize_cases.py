@@ -1,10 +1,11 @@
 """A representative set of verify_attention calls on the FFI backend, each checked against the
 jnp reference: run it under compute-sanitizer (memcheck, racecheck) on a GPU machine.
 
-    XLA_FLAGS=--xla_gpu_autotune_level=0 compute-sanitizer --tool memcheck python scripts/sanitize_cases.py
+    XLA_FLAGS=--xla_gpu_autotune_level=0 compute-sanitizer --tool memcheck python tools/sanitize_cases.py
 
-XLA's autotuner must be off under compute-sanitizer: with it on, the tool segfaulted inside the
-JAX process before any report (its delay kernel times out there; session 39).
+XLA's autotuner must be off under compute-sanitizer: with it on, the tool crashes inside the JAX
+process before any report (the autotuner's delay kernel times out under the tool).
+SANITIZE_QUICK=1 runs two of the cases.
 """
 
 import os

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Tensor-parallel check of verify_attention on N GPUs: correctness, no collectives, timing.
 
-    python scripts/tp_gpu_check.py [--tp 2] [--context 32768] [--chain 200] [--reps 9]
-    python scripts/tp_gpu_check.py --tp 8 --cpu-dry-run    # the same code on 8 CPU host devices
+    python tools/tp_gpu_check.py [--tp 2] [--context 32768] [--chain 200] [--reps 9]
+    python tools/tp_gpu_check.py --tp 8 --cpu-dry-run    # the same code on 8 CPU host devices
 
 Builds Muse-Spark-like TP problems with 16 query / 2 KV heads a device (TP2: 32/4 in all; TP8:
 128/16, the Muse Spark layout), D 64, NQ 8, R = 1, 2, 4, full and SWA 2048, every request at
@@ -16,10 +16,10 @@ and times the sharded call against one shard's share (16/2 heads) on each GPU al
 sharded run ends when its slowest GPU does): per call,
 (t_chain - t_1) / (chain - 1) from chains of 1 and `--chain` dependent calls inside one jit
 (medians of `--reps` runs), so that the jit's host dispatch, larger over several devices, cancels.
-Where the platform has the package's device clock (`jax_muse_attn._ffi.device_clock`, as the
-bench uses it), the same chains are also timed by each device's own clock (the sharded chain
-under `jax.shard_map`, so that every device reads its own clock between its first and last
-call): a second table, free of the host's dispatch and its run-to-run jitter.
+Where the build has a device clock for the platform (benchmarks/device_clock.py, as the benchmark
+uses it), the same chains are also timed by each device's own clock (the sharded chain under
+`jax.shard_map`, so that every device reads its own clock between its first and last call): a
+second table, free of the host's dispatch and its run-to-run jitter.
 
 With fewer GPUs than `--tp` it says so and runs the degraded part only: the single-device check
 (one GPU: correctness and timing of the one-shard share; CPU: a small correctness check).
@@ -50,8 +50,10 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import jax_muse_attn
-from jax_muse_attn import _ffi
 from jax_muse_attn.sharding import custom_call_q_shapes, hlo_collectives, tp_specs
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+import device_clock as dc  # noqa: E402
 
 NQ, D, PAGE = 8, 64, 16
 
@@ -94,9 +96,9 @@ def time_per_call(compiled_1, compiled_n, args, n, reps):
 
 
 def clocked(n, fn):
-    """fn(q, kv, bt, sl) -> q chained n times between two device-clock reads (_ffi.clocked_chain,
-    as the bench times); returns the two reads stacked, [1, 2, 2] (uint32 low / high words)."""
-    chained = _ffi.clocked_chain(fn, n)
+    """fn(q, kv, bt, sl) -> q chained n times between two device-clock reads (as the benchmark
+    times); returns the two reads stacked, [1, 2, 2] (uint32 low / high words)."""
+    chained = dc.clocked_chain(fn, n)
     return lambda *a: jnp.stack(chained(*a))[None]
 
 
@@ -105,7 +107,7 @@ def device_per_call(g1, gn, args, n, reps):
     over reps; g1 / gn return [devices, 2, 2] clock reads (clocked())."""
     def spans(g):
         c = np.asarray(g(*args))
-        return [_ffi.clock_ns(c[d, 1]) - _ffi.clock_ns(c[d, 0]) for d in range(c.shape[0])]
+        return [dc.clock_ns(c[d, 1]) - dc.clock_ns(c[d, 0]) for d in range(c.shape[0])]
     for g in (g1, gn):  # warm-up
         spans(g)
     per = []
@@ -205,7 +207,7 @@ def tp_part(args, devs):
             # One shard's share on each device alone: the sharded run ends when its slowest does.
             # The same by each device's clock where the platform has one: the sharded chain under
             # shard_map (each device its own reads), the share alone on each device.
-            clock = args.device_clock and _ffi.current_platform() in _ffi.CLOCK_REGISTERED
+            clock = args.device_clock and dc.available()
             step = functools.partial(jax_muse_attn.verify_attention, num_splits=splits, **kw)
             t1s, d1s = [], []
             for g in devs[:tp]:

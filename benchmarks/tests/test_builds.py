@@ -1,38 +1,31 @@
-"""Builds of the benchmark tools: benchmarks/kernel_bench.cu and the read-floor probe (nvcc, no GPU)."""
+"""The GPU programs of benchmarks/ build (nvcc, no GPU needed): kernel_bench.cu with the kernels and
+the device query it plans with, and read_floor_probe.cu."""
 
 import os
 import subprocess
-import sys
 
 import pytest
 
-@pytest.mark.parametrize(
-    "flags", [[], ["-DMUSE_ATTN_TIMELINE"], ["-DMUSE_ATTN_TIMELINE", "-DMUSE_ATTN_TIMELINE_LEAN"]],
-    ids=["plain", "timeline", "timeline_lean"])
-def test_kernel_bench_builds(flags, tmp_path):
-    """benchmarks/kernel_bench.cu (the kernels alone, with timeline stamps and with the lean
-    stamps) still builds."""
-    _require_nvcc()
-    out = tmp_path / "kb"
-    cmd = [gcc.find_nvcc(), "-O1", "-std=c++17", "-arch=sm_90", "-I", os.path.join(ROOT, "ffi"),
-           *flags, "-o", str(out), "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
-           os.path.join(ROOT, "ffi", "gpu", "split_kernel.cu.cc"),
-           os.path.join(ROOT, "ffi", "gpu", "merge_kernel.cu.cc")]
+pytestmark = pytest.mark.gpu_compile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _build(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_kernel_bench_builds(nvcc, tmp_path):
+    out = tmp_path / "kernel_bench"
+    gpu = os.path.join(ROOT, "ffi", "gpu")
+    _build([nvcc, "-O1", "-std=c++17", "-arch=sm_90a", "-I", os.path.join(ROOT, "ffi"), "-o", str(out),
+            "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
+            os.path.join(gpu, "split_kernel.cu.cc"), os.path.join(gpu, "merge_kernel.cu.cc"),
+            os.path.join(gpu, "device_query.cc")])
     assert out.exists()
 
 
-@pytest.mark.parametrize("probe, arch", [("latency_probe", "sm_90"), ("pdl_probe", "sm_90a"),
-                                         ("read_floor_probe", "sm_90a")])
-def test_probe_builds(probe, arch, tmp_path):
-    """The standalone GPU probes of benchmarks/ (and their probe_common.h) still build, each for
-    the architecture scripts/device_check.sh builds it for."""
-    _require_nvcc()
-    out = tmp_path / probe
-    r = subprocess.run([gcc.find_nvcc(), "-O1", "-std=c++17", f"-arch={arch}", "-o", str(out),
-                        os.path.join(ROOT, "benchmarks", f"{probe}.cu")],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-4000:]
-
-
+def test_read_floor_probe_builds(nvcc, tmp_path):
+    _build([nvcc, "-O1", "-std=c++17", "-arch=sm_90a", "-o", str(tmp_path / "read_floor"),
+            os.path.join(ROOT, "benchmarks", "read_floor_probe.cu")])

@@ -1,14 +1,12 @@
 """benchmarks/kb_check.h, the naive float64 reference that kernel_bench (MUSE_KB_CHECK=1) checks
-the CUDA kernels against, itself checked here on the CPU: compiled with the host C++ compiler
-into a small harness, it must pass the CPU handler's output of poisoned, padded cases and fail
-an output with one wrong row."""
+the CUDA kernels against, itself checked on the CPU: compiled with the host C++ compiler into a
+small harness, it must pass the CPU handler's output of poisoned, padded cases and fail an output
+with one wrong row."""
 
 import subprocess
 
 import numpy as np
 import pytest
-
-from conftest import build_host_harness, make_case
 
 HARNESS = r"""
 #include <cstdio>
@@ -50,7 +48,7 @@ int main(int argc, char** argv) {
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory):
+def harness(tmp_path_factory, build_host_harness):
     return build_host_harness(tmp_path_factory, "kb_check", HARNESS)
 
 
@@ -71,7 +69,7 @@ def _run(harness, tmp_path, c, out):
 
 
 @pytest.mark.parametrize("window", [None, 16])
-def test_kb_check_passes_the_cpu_handler_and_fails_a_wrong_row(rng, harness, tmp_path, window):
+def test_kb_check_passes_the_cpu_handler_and_fails_a_wrong_row(rng, make_case, harness, tmp_path, window):
     c = make_case(rng, 5, [100, 50, 191, 20, 7], P=12, window=window, num_reqs=4)
     out = np.asarray(c.run("ffi")).view(np.uint16).copy()
     checked, bad, max_err = _run(harness, tmp_path, c, out)
