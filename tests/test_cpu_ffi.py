@@ -40,7 +40,7 @@ def test_device_description_of_this_platform():
 
 
 # 1 / 12 / 24 / 64 splits: the GPU merge's 1 / 2 / 4 / 8 lanes a row-quad.
-@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 12, 24, 64, 10_000])
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 7, 12, 24, 64, 1000])
 @pytest.mark.parametrize("window", [None, 2048])
 def test_num_splits_long(rng, num_splits, window):
     c = make_case(rng, 16, LONG_LENS, P=LONG_P, window=window)
