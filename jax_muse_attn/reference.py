@@ -73,8 +73,8 @@ def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validat
         vis = vis & (qpos[:, :, None] - key[:, None, :] < s.window)
     vis = vis[:, :, None, None, :]
     scores = jnp.where(vis, scores, -jnp.inf)
-    # As in the kernels: only a row with no visible key (max -inf) subtracts 0; a +inf score
-    # makes its row NaN, a -inf one drops its key. The max cancels out: no gradient through it.
+    # As in the kernels: only a row with no visible key (max -inf) subtracts 0, and a +inf score
+    # makes its row NaN. The max cancels out: no gradient through it.
     m = jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True))
     m = jnp.where(m == -jnp.inf, 0.0, m)
     p = jnp.where(vis, jnp.exp2(scores - m), 0.0)

@@ -238,8 +238,10 @@ def test_vmap_broadcasts_unbatched_arguments(backend, rng, axes):
     """Unbatched arguments are shared by every element, as in a loop that passes them each time
     (a shared cache is read through each element's own table, unoffset)."""
     in_axes = AXES[axes]
-    shared = in_axes[1] is None  # one cache for all, read through each element's table
-    cases, q, kv, bt, sl = _batch(rng, bad_live=0.2, poison=not shared)
+    # Poison only where each element's cache is read through its own table: a cache read
+    # through another element's table would read that table's live slots, poisoned or not.
+    own_tables = in_axes[1] == 0 and in_axes[2] == 0
+    cases, q, kv, bt, sl = _batch(rng, bad_live=0.2, poison=own_tables)
     nr = jnp.array([4, 1, 3], jnp.int32)
     full = (q, kv, bt, sl, nr)
     args = [x if a == 0 else x[0] for x, a in zip(full, in_axes)]
