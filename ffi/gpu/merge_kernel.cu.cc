@@ -304,15 +304,15 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   if constexpr (W > 1) {  // the row's W states meet in shared memory; its first warp folds them
     __shared__ float2 sh_ml[kRows][W];
     __shared__ LaneF<E> sh_o[kRows][W][kWarpSize];
-    if (lane == 0) sh_ml[slot][wr] = make_float2(f.m, f.l);
+    if (lane == 0) lds_write(&sh_ml[slot][wr], make_float2(f.m, f.l));
 #pragma unroll
-    for (int e = 0; e < E; ++e) sh_o[slot][wr][lane].v[e] = f.acc[e];
+    for (int e = 0; e < E; ++e) lds_write(&sh_o[slot][wr][lane].v[e], f.acc[e]);
     __syncthreads();
     if (wr != 0) return;
     float2 ml[W];
     LaneF<E> o[W];
 #pragma unroll
-    for (int w = 0; w < W; ++w) ml[w] = sh_ml[slot][w], o[w] = sh_o[slot][w][lane];
+    for (int w = 0; w < W; ++w) ml[w] = lds_value(sh_ml[slot][w]), o[w] = lds_value(sh_o[slot][w][lane]);
     f = RowFold<E>{};
     f.add(ml, o);
   }
@@ -349,7 +349,8 @@ gpuError_t launch_merge_d(const VerifyParams& p, const Plan& plan, gpuStream_t s
     return cudaLaunchKernelEx(&cfg, merge_kernel_for<D, W, true>(plan.merge_by_lane), p);
   }
 #endif
-  merge_kernel_for<D, W, false>(plan.merge_by_lane)<<<grid, kThreads, 0, stream>>>(p);
+  const auto kernel = merge_kernel_for<D, W, false>(plan.merge_by_lane);
+  MUSE_GPU_LAUNCH(kernel, grid, kThreads, 0, stream, p);
   return gpuGetLastError();
 }
 

@@ -287,7 +287,7 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 // copies in the prologue too, so every copy is issued before the first wait.
 template <int D, bool kTwoTile, bool kFillRing>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
-  extern __shared__ __align__(16) char smem_raw[];
+  MUSE_DYNAMIC_SHARED(smem_raw);
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
                                   kSmemAlign) % kSmemAlign);
@@ -668,7 +668,7 @@ template <typename Kernel>
 gpuError_t launch_with_smem(Kernel kernel, std::atomic<uint64_t>& done, dim3 grid, int threads,
                             int smem, const VerifyParams& p, gpuStream_t stream) {
   if (gpuError_t e = allow_smem_once(kernel, smem, done); e != gpuSuccess) return e;
-  kernel<<<grid, threads, smem, stream>>>(p);
+  MUSE_GPU_LAUNCH(kernel, grid, threads, smem, stream, p);
   return gpuGetLastError();
 }
 

@@ -39,6 +39,34 @@ inline constexpr int kWarpSize = 32;
 #define MUSE_GPU_HANDLER_SYMBOL(base) base##Cuda
 #endif
 
+// ---- launches and shared memory, as the AMD emulator (gpu/emu) stands in for them ----------
+// Its stand-in HIP header defines its own forms of these first; a GPU build gets the plain ones.
+#ifndef MUSE_GPU_LAUNCH
+#define MUSE_GPU_LAUNCH(kernel, grid, threads, smem, stream, ...) \
+  kernel<<<(grid), (threads), (smem), (stream)>>>(__VA_ARGS__)
+#endif
+// A kernel's dynamic shared-memory (LDS) array.
+#ifndef MUSE_DYNAMIC_SHARED
+#define MUSE_DYNAMIC_SHARED(name) extern __shared__ __align__(16) char name[]
+#endif
+#if !defined(MUSE_LDS_HOOKS)
+// A shared-memory read / write the emulator checks (a read of bytes not written in the block is
+// an error there); a plain load / store on a GPU.
+template <typename T>
+__device__ __forceinline__ T lds_read(const void* p) {
+  return *static_cast<const T*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void lds_write(void* p, const T& v) {
+  *static_cast<T*>(p) = v;
+}
+// A typed shared-memory variable, read (checked by the emulator like lds_read).
+template <typename T>
+__device__ __forceinline__ const T& lds_value(const T& x) {
+  return x;
+}
+#endif
+
 // Raises the dynamic shared-memory (LDS) limit of a kernel on the current device; host side.
 // The attribute is per device: a process that drives several GPUs (one per TP rank) sets it on
 // each of them.
@@ -212,7 +240,7 @@ __device__ __forceinline__ void copy16(void* smem_dst, const void* gmem_src, boo
   typedef uint32_t u32x4 __attribute__((ext_vector_type(4)));
   u32x4 v = {0u, 0u, 0u, 0u};
   if (valid) v = __builtin_nontemporal_load(reinterpret_cast<const u32x4*>(gmem_src));
-  *reinterpret_cast<u32x4*>(smem_dst) = v;
+  lds_write(smem_dst, v);
 #endif
 }
 

@@ -413,7 +413,7 @@ struct WarpAttention {
     for (int kk = 0; kk < kKSteps; ++kk)
 #pragma unroll
       for (int w = 0; w < kWords; ++w)
-        qb[kk][w] = *reinterpret_cast<const uint32_t*>(qt.at(row0 + r, kMfmaK * kk + kWords * 2 * g + 2 * w));
+        qb[kk][w] = lds_read<uint32_t>(qt.at(row0 + r, kMfmaK * kk + kWords * 2 * g + 2 * w));
   }
 
   __device__ void scores(const KvTile<D>& tile) {
@@ -423,11 +423,10 @@ struct WarpAttention {
       mfma_c_t c = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
       for (int kk = 0; kk < kKSteps; ++kk) {
-        const uint32_t* src = reinterpret_cast<const uint32_t*>(
-            tile.k_at(16 * n + r, kMfmaK * kk + kWords * 2 * g));
+        const char* src = tile.k_at(16 * n + r, kMfmaK * kk + kWords * 2 * g);
         mfma_words_t a;
 #pragma unroll
-        for (int w = 0; w < kWords; ++w) a[w] = src[w];
+        for (int w = 0; w < kWords; ++w) a[w] = lds_read<uint32_t>(src + 4 * w);
         c = mfma_bf16(a, qb[kk], c);
       }
 #pragma unroll
@@ -456,7 +455,7 @@ struct WarpAttention {
           for (int e = 0; e < 2; ++e) {
             const int j = 2 * w + e;
             const int key = kMfmaK * c + 16 * (j >> 2) + 4 * g + (j & 3);
-            lohi[e] = *reinterpret_cast<const uint16_t*>(tile.v_at(key, 16 * db + r));
+            lohi[e] = lds_read<uint16_t>(tile.v_at(key, 16 * db + r));
           }
           va[w] = lohi[0] | (lohi[1] << 16);
         }

@@ -1,0 +1,38 @@
+// The emulator's C entry points (entry.cc), for tests/amd_emulator.py and run_case.cc.
+#ifndef MUSE_ATTN_GPU_EMU_ENTRY_H_
+#define MUSE_ATTN_GPU_EMU_ENTRY_H_
+
+#include <cstdint>
+
+extern "C" {
+
+// One verify-attention call: its buffers, sizes and launch plan (VerifyParams and Plan).
+struct MuseEmuCall {
+  const uint16_t* q;
+  const uint16_t* kv;
+  const int32_t* table;
+  const int32_t* seq_lens;
+  const int32_t* num_reqs;
+  uint16_t* out;
+  uint16_t* part_o;
+  float* part_ml;
+  int64_t num_blocks, table_stride;
+  int num_requests, tokens, num_q_heads, num_kv_heads, head_dim, pages, window;
+  int num_splits, num_reqs_static;
+  float scale;
+  int split_kernel, merge_warps, merge_by_lane;
+  int schedule;  // 0: lockstep, 1: wave-serial
+  uint64_t seed;
+};
+
+const char* muse_emu_target();  // "gfx942" or "gfx950"
+int muse_emu_lds_bytes();       // the target's LDS a workgroup
+int muse_emu_mfma_k();          // 16 or 32
+// 0, or 1 with the emulator's error in error[0 .. error_len).
+int muse_emu_verify_attention(const MuseEmuCall* call, char* error, int error_len);
+// d = the MFMA of the lanes' registers a, b (K / 8 words each) and c (4 floats each).
+int muse_emu_mfma(const uint32_t* a, const uint32_t* b, const float* c, float* d, char* error,
+                  int error_len);
+}
+
+#endif  // MUSE_ATTN_GPU_EMU_ENTRY_H_

@@ -1,0 +1,200 @@
+// Stand-in for <hip/hip_runtime.h> under the wave64 emulator (gpu/emu/emulator.h): what the
+// split and merge kernels use of HIP, on the host. Compiled as C++ for the host with
+// -D__HIP_DEVICE_COMPILE__ and -D__gfx942__ or -D__gfx950__ (the kernels' device branches), this
+// directory first on the include path. Cross-lane operations, barriers, MFMA and LDS accesses
+// go to the emulator; the rest is plain host code.
+#ifndef MUSE_ATTN_GPU_EMU_HIP_RUNTIME_H_
+#define MUSE_ATTN_GPU_EMU_HIP_RUNTIME_H_
+
+#include <math.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "gpu/emu/emulator.h"
+
+#if !defined(__HIP_DEVICE_COMPILE__)
+#error "the emulator runs the kernels' device code: compile with -D__HIP_DEVICE_COMPILE__"
+#endif
+
+// ---- qualifiers ------------------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+// Static LDS: one copy for all blocks (they run one after another), in a section of its own so
+// that the emulator can poison it and check its reads (muse_emu_lds, emulator.cc).
+#define __shared__ static __attribute__((section("muse_emu_lds")))
+
+// ---- types -----------------------------------------------------------------------------------
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct float2 {
+  float x, y;
+};
+struct uint2 {
+  unsigned x, y;
+};
+struct uint4 {
+  unsigned x, y, z, w;
+};
+inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+
+#define threadIdx (::muse_emu::ids().thread)
+#define blockIdx (::muse_emu::ids().block)
+#define blockDim (::muse_emu::ids().block_dim)
+#define gridDim (::muse_emu::ids().grid_dim)
+
+// ---- host API --------------------------------------------------------------------------------
+typedef struct ihipStream_t* hipStream_t;
+enum hipError_t { hipSuccess = 0, hipErrorInvalidValue = 1, hipErrorLaunchFailure = 719 };
+enum hipFuncAttribute { hipFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum hipDeviceAttribute_t { hipDeviceAttributeMultiprocessorCount = 63 };
+
+namespace muse_emu {
+// The host side of the stand-in (emulator.cc).
+hipError_t take_last_error();
+void set_last_error(hipError_t e);
+hipError_t set_max_dynamic_lds(const void* kernel, int bytes);
+size_t max_dynamic_lds(const void* kernel);  // 65536 unless raised
+int multiprocessors();
+
+template <typename P>
+void launch_kernel(const char* name, void (*kernel)(P), dim3 grid, dim3 block, size_t smem,
+                   const P& params) {
+  struct Call {
+    void (*kernel)(P);
+    P params;
+  };
+  const Call call{kernel, params};
+  const void* fn = reinterpret_cast<const void*>(kernel);
+  const int rc = launch(
+      name, fn, [](const void* c) { static_cast<const Call*>(c)->kernel(static_cast<const Call*>(c)->params); },
+      &call, Dim3{grid.x, grid.y, grid.z}, Dim3{block.x, block.y, block.z}, smem, max_dynamic_lds(fn));
+  set_last_error(rc == 0 ? hipSuccess : hipErrorLaunchFailure);
+}
+}  // namespace muse_emu
+
+inline const char* hipGetErrorString(hipError_t e) {
+  return e == hipSuccess ? "hipSuccess"
+         : e == hipErrorInvalidValue ? "hipErrorInvalidValue"
+                                     : ::muse_emu::last_error();
+}
+inline hipError_t hipGetLastError() { return ::muse_emu::take_last_error(); }
+inline hipError_t hipGetDevice(int* device) {
+  *device = 0;
+  return hipSuccess;
+}
+inline hipError_t hipSetDevice(int device) { return device == 0 ? hipSuccess : hipErrorInvalidValue; }
+inline hipError_t hipDeviceGetAttribute(int* value, hipDeviceAttribute_t attr, int) {
+  if (attr != hipDeviceAttributeMultiprocessorCount) return hipErrorInvalidValue;
+  *value = ::muse_emu::multiprocessors();
+  return hipSuccess;
+}
+inline hipError_t hipFuncSetAttribute(const void* kernel, hipFuncAttribute attr, int value) {
+  if (attr != hipFuncAttributeMaxDynamicSharedMemorySize) return hipErrorInvalidValue;
+  return ::muse_emu::set_max_dynamic_lds(kernel, value);
+}
+
+// The kernels' launches (gpu/vendor.h), synchronous; the kernel's name goes in its errors.
+#define MUSE_GPU_LAUNCH(kernel, grid, threads, smem, stream, ...) \
+  ((void)(stream), ::muse_emu::launch_kernel(#kernel, kernel, dim3(grid), dim3(threads), (smem), __VA_ARGS__))
+#define MUSE_DYNAMIC_SHARED(name) char* const name = ::muse_emu::dynamic_lds()
+
+// ---- device functions ------------------------------------------------------------------------
+inline void __syncthreads(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::muse_emu::syncthreads(file, line);
+}
+inline float __shfl(float v, int src, int width = ::muse_emu::kWaveSize,
+                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  if (width != ::muse_emu::kWaveSize) ::muse_emu::fail("__shfl with a width other than 64", file, line);
+  return ::muse_emu::shfl(v, src, file, line);
+}
+inline float __shfl_xor(float v, int mask, int width = ::muse_emu::kWaveSize,
+                        const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  if (width != ::muse_emu::kWaveSize) ::muse_emu::fail("__shfl_xor with a width other than 64", file, line);
+  return ::muse_emu::shfl_xor(v, mask, file, line);
+}
+inline int __any(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ::muse_emu::any(pred, file, line);
+}
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32);
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+// v_exp_f32: 2^x to 1 ulp; the host's exp2f stands in.
+inline float __builtin_amdgcn_exp2f(float x) { return exp2f(x); }
+
+// The MFMA builtins, as clang declares them (BuiltinsAMDGPU.def): A, B, C, then the CBSZ / ABID /
+// BLGP modifiers, which the kernels leave 0 (anything else is refused here).
+typedef short muse_emu_short4 __attribute__((ext_vector_type(4)));
+typedef __bf16 muse_emu_bf16x8 __attribute__((ext_vector_type(8)));
+typedef float muse_emu_float4 __attribute__((ext_vector_type(4)));
+namespace muse_emu {
+template <int K, typename AB>
+inline muse_emu_float4 mfma_builtin(AB a, AB b, muse_emu_float4 c, int cbsz, int abid, int blgp,
+                                     const char* file, int line) {
+  static_assert(sizeof(AB) == K / 8 * 4, "K / 16 words an operand a lane");
+  if (cbsz != 0 || abid != 0 || blgp != 0) fail("MFMA with CBSZ / ABID / BLGP modifiers", file, line);
+  uint32_t aw[K / 8], bw[K / 8];
+  float cf[4], df[4];
+  std::memcpy(aw, &a, sizeof aw);
+  std::memcpy(bw, &b, sizeof bw);
+  std::memcpy(cf, &c, sizeof cf);
+  mfma_16x16_bf16(K, aw, bw, cf, df, file, line);
+  muse_emu_float4 d;
+  std::memcpy(&d, df, sizeof d);
+  return d;
+}
+}  // namespace muse_emu
+inline muse_emu_float4 __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(
+    muse_emu_short4 a, muse_emu_short4 b, muse_emu_float4 c, int cbsz, int abid, int blgp,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ::muse_emu::mfma_builtin<16>(a, b, c, cbsz, abid, blgp, file, line);
+}
+inline muse_emu_float4 __builtin_amdgcn_mfma_f32_16x16x32_bf16(
+    muse_emu_bf16x8 a, muse_emu_bf16x8 b, muse_emu_float4 c, int cbsz, int abid, int blgp,
+    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  return ::muse_emu::mfma_builtin<32>(a, b, c, cbsz, abid, blgp, file, line);
+}
+
+// ---- the kernels' LDS accesses (gpu/vendor.h lds_read / lds_write / lds_value), checked ------
+#define MUSE_LDS_HOOKS 1
+namespace muse_attn::gpu {
+template <typename T>
+inline T lds_read(const void* p, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  ::muse_emu::lds_check_read(p, sizeof(T), file, line);
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename T>
+inline void lds_write(void* p, const T& v, const char* file = __builtin_FILE(),
+                      int line = __builtin_LINE()) {
+  std::memcpy(p, &v, sizeof v);
+  ::muse_emu::lds_note_write(p, sizeof v, file, line);
+}
+template <typename T>
+inline const T& lds_value(const T& x, const char* file = __builtin_FILE(),
+                          int line = __builtin_LINE()) {
+  ::muse_emu::lds_check_read(&x, sizeof x, file, line);
+  return x;
+}
+}  // namespace muse_attn::gpu
+
+#endif  // MUSE_ATTN_GPU_EMU_HIP_RUNTIME_H_

@@ -1,0 +1,234 @@
+"""The HIP kernels for gfx942 and gfx950, executed on the CPU by the wave64 emulator
+(ffi/gpu/emu), against the float64 oracle: the cases the GPU suite covers, every split count up
+to 40 (so every merge width runs), every launch-plan branch the AMD plan can take, under both
+schedules (lockstep and wave-serial); the MFMA lane layouts against a plain matmul; the
+emulator's own checks; one run under AddressSanitizer and UBSan. Skips where no clang 17+ is
+installed (Debian: clang-19, as .ci/install_gpu_compilers.sh installs it)."""
+
+import os
+import subprocess
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import amd_emulator as ae
+from conftest import PAGE, assert_close, make_case
+from jax_muse_attn import _ffi, _validate
+
+pytestmark = pytest.mark.skipif(ae.find_clang() is None,
+                                reason="no clang++ 17+ for the AMD emulator (apt-get install clang-19)")
+
+
+@pytest.fixture(scope="session")
+def emu_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("amd_emulator"))
+
+
+@pytest.fixture(scope="session", params=ae.TARGETS)
+def emu(request, emu_dir):
+    return ae.Emulator(ae.build(request.param, emu_dir))
+
+
+def as_f64(bits, shape):
+    return (np.asarray(bits, np.uint16).astype(np.uint32) << 16).view(np.float32).astype(
+        np.float64).reshape(shape)
+
+
+def plan_for(emu, c, num_splits=0, overrides=""):
+    shapes = _validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=c.window,
+                                    tokens_per_request=c.NQ)
+    return _ffi.launch_plan(shapes, "ROCM", num_splits, overrides, device=ae.DEVICES[emu.target])
+
+
+def check(emu, c, *, num_splits=0, overrides="", schedule="lockstep", num_reqs=None,
+          traced=False, seed=1, what=""):
+    plan = plan_for(emu, c, num_splits, overrides)
+    nr = c.num_reqs if num_reqs is None else num_reqs
+    out = emu.run(c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ, window=c.window,
+                  num_reqs=nr, traced_num_reqs=traced, plan=plan, schedule=schedule, seed=seed)
+    o = as_f64(out, c.q.shape)
+    assert_close(jnp.asarray(o, jnp.bfloat16), c.oracle(num_reqs=nr), q_shape=c.q.shape,
+                 what=f"{emu.target} {schedule} {plan} {what}")
+    return out, plan
+
+
+# ---- the MFMA lane layouts (AMD's documentation; gpu/emu/mfma.h) ----------------------------------
+def _lane_registers(a, b, k):
+    """Each lane's A and B words as AMD documents them: A[i][k] in lane i + 16 * (k // n),
+    element k % n, B[k][j] in lane j + 16 * (k // n), element k % n (n = k / 4 elements a lane),
+    bf16 element e in word e // 2, low half first."""
+    n = k // 4
+    a_el = np.zeros((64, n), np.uint16)
+    b_el = np.zeros((64, n), np.uint16)
+    for lane in range(64):
+        i, g = lane % 16, lane // 16
+        a_el[lane] = a[i, g * n:(g + 1) * n]
+        b_el[lane] = b[g * n:(g + 1) * n, i]
+    return a_el.view(np.uint32), b_el.view(np.uint32)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_mfma_is_a_matmul_in_amds_lane_layout(emu, seed):
+    rng = np.random.default_rng(seed)
+    k = emu.mfma_k
+    assert k == (32 if emu.target == "gfx950" else 16)
+    a = jnp.asarray(rng.standard_normal((16, k)), jnp.bfloat16)
+    b = jnp.asarray(rng.standard_normal((k, 16)), jnp.bfloat16)
+    c = rng.standard_normal((16, 16)).astype(np.float32)
+    aw, bw = _lane_registers(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16), k)
+    # C and D: D[i][j] in lane j + 16 * (i // 4), element i % 4.
+    c_lanes = np.zeros((64, 4), np.float32)
+    for lane in range(64):
+        c_lanes[lane] = c[4 * (lane // 16):4 * (lane // 16) + 4, lane % 16]
+    d_lanes = emu.mfma(aw, bw, c_lanes)
+    d = np.zeros((16, 16))
+    for lane in range(64):
+        d[4 * (lane // 16):4 * (lane // 16) + 4, lane % 16] = d_lanes[lane]
+    want = np.asarray(a, np.float64) @ np.asarray(b, np.float64) + c
+    np.testing.assert_allclose(d, want, rtol=1e-6, atol=1e-5)
+
+
+def test_mfma_pairs_each_row_with_its_column_only(emu):
+    """One-hot operands: D[i][j] = A[i][k] B[k][j] sits where the layout says, nowhere else."""
+    k = emu.mfma_k
+    for i, j, kk in [(0, 0, 0), (5, 11, k - 1), (15, 3, k // 2), (9, 9, 3)]:
+        a = np.zeros((16, k), np.float32)
+        b = np.zeros((k, 16), np.float32)
+        a[i, kk], b[kk, j] = 2.0, 3.0
+        aw, bw = _lane_registers(np.asarray(jnp.asarray(a, jnp.bfloat16)).view(np.uint16),
+                                 np.asarray(jnp.asarray(b, jnp.bfloat16)).view(np.uint16), k)
+        d_lanes = emu.mfma(aw, bw, np.zeros((64, 4), np.float32))
+        hit = np.argwhere(d_lanes != 0)
+        assert hit.tolist() == [[j + 16 * (i // 4), i % 4]], (i, j, kk, hit.tolist())
+        assert d_lanes[j + 16 * (i // 4), i % 4] == 6.0
+
+
+# ---- the kernels against the oracle ----------------------------------------------------------
+# (name, make_case arguments): full and SWA, D 64 and 128, Hq/Hkv 16/2, 128/16, 8/8, padding
+# requests, seq_len 0 and below NQ, stale and out-of-range block ids, NaN-poisoned unread slots.
+CASES = {
+    "full-16/2": dict(R=4, seq_lens=[100, 50, 191, 0], P=12, bad_live=0.1),
+    "swa-16/2": dict(R=4, seq_lens=[700, 130, 3, 400], P=48, window=128, bad_live=0.1),
+    "full-d128": dict(R=3, seq_lens=[300, 7, 257], P=20, D=128),
+    "swa-d128": dict(R=3, seq_lens=[900, 64, 65], P=60, D=128, window=200, bad_live=0.2),
+    "full-128/16": dict(R=2, seq_lens=[150, 33], P=10, Hq=128, Hkv=16),
+    "swa-8/8-nq4": dict(R=3, seq_lens=[120, 2, 77], P=8, Hq=8, Hkv=8, NQ=4, window=40),
+    "padding": dict(R=5, seq_lens=[260, 0, 5, 100, 999], P=16, num_reqs=3, extra_rows=2),
+    "long": dict(R=2, seq_lens=[5000, 2055], P=320, bad_live=0.05),
+}
+SCHEDULES = ("lockstep", "wave_serial")
+
+
+def _case(name, seed=0):
+    kw = dict(CASES[name])
+    R, lens = kw.pop("R"), kw.pop("seq_lens")
+    return make_case(np.random.default_rng(seed), R, lens, **kw)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cases_default_plan(emu, name, schedule):
+    c = _case(name)
+    out, _ = check(emu, c, schedule=schedule, what=name)
+    again, _ = check(emu, c, schedule=schedule, seed=7, what=name)  # another shuffle, same bits
+    np.testing.assert_array_equal(out, again)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_every_split_count_to_40(emu, schedule):
+    """1..40 segments a group: every merge width (1, 2, 4, 8 warps a row on AMD) and batch form."""
+    c = _case("long", seed=3)
+    widths = set()
+    for splits in range(1, 41):
+        _, plan = check(emu, c, num_splits=splits, schedule=schedule, what=f"splits {splits}")
+        widths.add(plan["merge_warps"])
+    assert widths == {1, 2, 4, 8}, widths
+
+
+@pytest.mark.parametrize("overrides", [
+    "split_kernel=two_tile", "split_kernel=per_tile", "merge_by_lane=0", "merge_by_lane=1",
+    "merge_warps=1", "merge_warps=2", "merge_warps=4", "merge_warps=8",
+    "split_kernel=fill_ring", "split_kernel=pingpong", "merge_pdl=1"])
+@pytest.mark.parametrize("name", ["full-16/2", "swa-d128", "long"])
+def test_every_amd_plan_branch(emu, name, overrides):
+    """Every choice the AMD plan can make, forced; the NVIDIA-only ones fall back to per_tile
+    with a plain merge, as the plan says."""
+    c = _case(name, seed=5)
+    _, plan = check(emu, c, num_splits=17, overrides=overrides, what=overrides)
+    assert not plan["merge_pdl"]
+    assert plan["split_kernel"] in ("per_tile", "two_tile"), plan
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_traced_num_reqs_is_read_and_clamped(emu, schedule):
+    c = _case("padding", seed=2)
+    for nr in (0, 2, 3, 5):
+        check(emu, c, num_reqs=nr, traced=True, schedule=schedule, what=f"traced num_reqs {nr}")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_random_cases(emu, data):
+    """Random shapes, lengths, windows, poisoned slots and bad run-time data."""
+    draw = data.draw
+    hkv = draw(st.sampled_from([1, 2]))
+    hq = hkv * draw(st.sampled_from([1, 4, 8]))
+    nq = draw(st.integers(1, 16))
+    R = draw(st.integers(1, 4))
+    P = draw(st.integers(1, 24))
+    lens = [draw(st.integers(0, PAGE * P)) for _ in range(R)]
+    window = draw(st.sampled_from([None, 1, 17, 64, 300]))
+    seed = draw(st.integers(0, 2**31))
+    c = make_case(np.random.default_rng(seed), R, lens, P=P, Hq=hq, Hkv=hkv, NQ=nq, window=window,
+                  D=draw(st.sampled_from([64, 128])), bad_live=draw(st.sampled_from([0.0, 0.3])),
+                  num_reqs=draw(st.integers(0, R)))
+    check(emu, c, num_splits=draw(st.integers(0, 9)),
+          schedule=draw(st.sampled_from(SCHEDULES)), seed=seed, what=f"random {seed}")
+
+
+# ---- the emulator's checks (tests/emu_probes.cc: a planted bug each) ------------------------------
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("which, message", [
+    (0, "divergence: lane 32 exited without reaching __shfl_xor"),
+    (1, "reads lane 40, which has exited"),
+    (4, "waves at different barriers"),
+    (5, "is outside the block's LDS"),
+    (6, "over-budget launch: 73728 bytes of dynamic LDS"),
+    (7, "over-budget launch: 32768 bytes of dynamic LDS, the kernel's limit 16384"),
+])
+def test_planted_bugs_are_errors(emu, which, message, schedule):
+    assert message in emu.probe(which, schedule)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_lds_read_before_any_write_is_an_error(emu, schedule):
+    """Wave 1 reads what wave 0 writes with no barrier between: an error wherever wave 1 runs
+    first (the shuffled orders reach it within a few seeds), and never with the barrier."""
+    errors = [emu.probe(2, schedule, seed) for seed in range(8)]
+    assert any("LDS read before any write in the block" in e for e in errors), errors
+    assert all(emu.probe(3, schedule, seed) == "" for seed in range(8))
+
+
+# ---- one run under AddressSanitizer and UBSan ---------------------------------------------------
+def test_under_address_and_undefined_behaviour_sanitizers(emu_dir, tmp_path):
+    """The emulated kernels, built with -fsanitize=address,undefined into a program that runs a
+    case written to a file; its output against the oracle."""
+    target = "gfx942"
+    exe = ae.build(target, emu_dir, sanitize=True, executable=True)
+    for name in ("swa-16/2", "padding", "full-d128"):
+        c = _case(name, seed=11)
+        plan = _ffi.launch_plan(
+            _validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=c.window,
+                                   tokens_per_request=c.NQ),
+            "ROCM", 5, "", device=ae.DEVICES[target])
+        case_file, out_file = tmp_path / f"{name.replace('/', '_')}.case", tmp_path / "out.bin"
+        ae.write_case(case_file, c, plan, schedule="wave_serial")
+        r = subprocess.run([exe, str(case_file), str(out_file)], capture_output=True, text=True,
+                           env=dict(os.environ, ASAN_OPTIONS="detect_leaks=0"), timeout=600)
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        out = np.fromfile(out_file, np.uint16)
+        assert_close(jnp.asarray(as_f64(out, c.q.shape), jnp.bfloat16), c.oracle(),
+                     q_shape=c.q.shape, what=f"sanitized {name}")
