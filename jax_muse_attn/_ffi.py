@@ -91,8 +91,13 @@ def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: 
 SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs")
 
 
+# The cache formats in the handlers' numbering (muse_attn::KvFormat), by dtype name.
+KV_FORMATS = {"bfloat16": 0, "float8_e4m3fn": 1, "float8_e4m3fnuz": 2}
+SCALE_KINDS = {"none": 0, "tensor": 1, "token": 2}
+
+
 def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, plan: dict,
-         num_reqs_static: int = -1):
+         num_reqs_static: int = -1, k_scale=None, v_scale=None):
     """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape.
     plan: launch_plan()'s dict. num_reqs_static: the value of num_reqs when known at trace time
     (in [0, R]; the kernels then do not read the num_reqs operand), or -1."""
@@ -103,8 +108,13 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
         jax.ShapeDtypeStruct((s.groups, splits, s.rows, s.head_dim), jnp.bfloat16),  # partial o
         jax.ShapeDtypeStruct((s.groups, splits, s.rows, 2), jnp.float32),  # partial (m, l)
     )
+    if k_scale is None:  # a bf16 cache: two unused scalars
+        k_scale = v_scale = jnp.zeros((), jnp.float32)
+        kind = "none"
+    else:
+        kind = "tensor" if k_scale.ndim == 0 else "token"
     out, _, _ = jax.ffi.ffi_call(TARGET_NAME, out_types, vmap_method="sequential")(
-        q3, kv_cache, block_table, seq_lens, num_reqs,
+        q3, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
         scale=np.float32(scale),
         window=np.int32(s.window),
         tokens_per_request=np.int32(s.tokens),
@@ -114,5 +124,7 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
         merge_warps=np.int32(plan["merge_warps"]),
         merge_pdl=np.int32(plan["merge_pdl"]),
         merge_by_lane=np.int32(plan["merge_by_lane"]),
+        kv_format=np.int32(KV_FORMATS[str(jnp.dtype(kv_cache.dtype))]),
+        scale_kind=np.int32(SCALE_KINDS[kind]),
     )
     return out

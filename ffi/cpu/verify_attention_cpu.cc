@@ -409,27 +409,36 @@ struct Unit {
 
 ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
                                 ffi::BufferR3<ffi::BF16> q,          // [NQ*R, Hq, D]
-                                ffi::BufferR4<ffi::BF16> kv_cache,   // [blocks, Hkv, 16, 2D]
+                                ffi::AnyBuffer kv_cache,             // [blocks, Hkv, 16, 2D]
                                 ffi::BufferR2<ffi::S32> block_table,  // [>=R, P]
                                 ffi::BufferR1<ffi::S32> seq_lens,     // [>=R]
                                 ffi::BufferR0<ffi::S32> num_reqs,     // real requests
+                                ffi::Buffer<ffi::F32> k_scale,        // [] or [blocks, Hkv, 16]
+                                ffi::Buffer<ffi::F32> v_scale,
                                 ffi::ResultBufferR3<ffi::BF16> out,   // like q
                                 ffi::ResultBufferR4<ffi::BF16> part_o,  // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
                                 int32_t num_splits, int32_t num_reqs_static,
                                 int32_t /*split_kernel*/, int32_t /*merge_warps*/,
-                                int32_t /*merge_pdl*/, int32_t /*merge_by_lane*/) {
+                                int32_t /*merge_pdl*/, int32_t /*merge_by_lane*/,
+                                int32_t kv_format, int32_t scale_kind) {
   Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
                                    seq_lens.dimensions(), part_o->dimensions(),
                                    part_ml->dimensions(), scale, window, tokens, num_splits,
                                    num_reqs_static, &p);
   if (status.failure()) return status;
+  status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
+                           kv_format, scale_kind, &p);
+  if (status.failure()) return status;
   if (p.head_dim != 64 && p.head_dim != 128)
     return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: head dim must be 64 or "
                                        "128, got " + std::to_string(p.head_dim));
-  const Inputs in{q.typed_data(),         kv_cache.typed_data(), block_table.typed_data(),
+  if (p.kv_format != KvFormat::kBf16)
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: FP8 KV not yet handled");
+  const Inputs in{q.typed_data(), static_cast<const uint16_t*>(kv_cache.untyped_data()),
+                  block_table.typed_data(),
                   part_o->typed_data(),   part_ml->typed_data(), out->typed_data()};
   const SplitSegment split = pick_split_segment(p.head_dim);
 

@@ -54,23 +54,30 @@ ffi::Error read_plan(int32_t split_kernel, int32_t merge_warps, int32_t merge_pd
 
 ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 ffi::BufferR3<ffi::BF16> q,           // [NQ*R, Hq, D]
-                                ffi::BufferR4<ffi::BF16> kv_cache,    // [blocks, Hkv, 16, 2D]
+                                ffi::AnyBuffer kv_cache,              // [blocks, Hkv, 16, 2D]
                                 ffi::BufferR2<ffi::S32> block_table,  // [>=R, P]
                                 ffi::BufferR1<ffi::S32> seq_lens,     // [>=R]
                                 ffi::BufferR0<ffi::S32> num_reqs,     // real requests
+                                ffi::Buffer<ffi::F32> k_scale,        // [] or [blocks, Hkv, 16]
+                                ffi::Buffer<ffi::F32> v_scale,
                                 ffi::ResultBufferR3<ffi::BF16> out,   // like q
                                 ffi::ResultBufferR4<ffi::BF16> part_o,  // [R*Hkv, S, rows, D]
                                 ffi::ResultBufferR4<ffi::F32> part_ml,  // [R*Hkv, S, rows, 2]
                                 float scale, int32_t window, int32_t tokens,
                                 int32_t num_splits, int32_t num_reqs_static,
                                 int32_t split_kernel, int32_t merge_warps, int32_t merge_pdl,
-                                int32_t merge_by_lane) {
+                                int32_t merge_by_lane, int32_t kv_format, int32_t scale_kind) {
   Problem pr{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(),
                                    block_table.dimensions(), seq_lens.dimensions(),
                                    part_o->dimensions(), part_ml->dimensions(), scale, window,
                                    tokens, num_splits, num_reqs_static, &pr);
   if (status.failure()) return status;
+  status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
+                           kv_format, scale_kind, &pr);
+  if (status.failure()) return status;
+  if (pr.kv_format != KvFormat::kBf16)
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention (GPU): FP8 KV not yet handled");
   if (pr.groups() > kMaxGroups || pr.num_kv_heads > kMaxGroups)  // grid y; 32-bit page strides
     return ffi::Error::InvalidArgument(
         "jax_muse_attn verify_attention (GPU): requests x KV heads and KV heads must be <= " +
@@ -88,7 +95,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 pr.head_dim, pr.pages, pr.window, pr.num_splits,
                                 pr.num_reqs_static);
   p.q = q.typed_data();
-  p.kv = kv_cache.typed_data();
+  p.kv = static_cast<const uint16_t*>(kv_cache.untyped_data());
   p.table = block_table.typed_data();
   p.seq_lens = seq_lens.typed_data();
   p.num_reqs = num_reqs.typed_data();

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "muse_attn/fp8.h"
 #include "muse_attn/geometry.h"
 #include "muse_attn/partials.h"
 #include "muse_attn/softmax_state.h"
@@ -31,6 +32,8 @@ struct Problem {
   int num_splits;       // segments a group at most
   int num_reqs_static;  // real requests when known at trace time (the operand is not read), or -1
   float scale_log2;     // scale * log2(e)
+  KvFormat kv_format;   // bf16 or an FP8 (muse_attn/fp8.h)
+  ScaleKind scale_kind;  // FP8: the K / V scales per tensor or per (block, head, slot)
 
   int rows() const { return tokens * qpk; }  // output rows of a group
   int groups() const { return num_requests * num_kv_heads; }
@@ -104,15 +107,49 @@ inline ffi::Error make_problem(ffi::Span<const int64_t> q,
   return ffi::Error::Success();
 }
 
+// The cache's format and its scales: kv_format / scale_kind as the attributes say, checked against
+// the cache's dtype and the scales' shapes ([] per tensor, [num_blocks, Hkv, 16] per token; a
+// bf16 cache takes two unused scalars).
+inline ffi::Error check_kv_format(ffi::DataType kv_dtype, ffi::Span<const int64_t> k_scale,
+                                  ffi::Span<const int64_t> v_scale, int32_t kv_format,
+                                  int32_t scale_kind, Problem* p) {
+  auto bad = [](std::string what) {
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: " + what);
+  };
+  const ffi::DataType want = kv_format == 0   ? ffi::DataType::BF16
+                             : kv_format == 1 ? ffi::DataType::F8E4M3FN
+                             : kv_format == 2 ? ffi::DataType::F8E4M3FNUZ
+                                              : ffi::DataType::INVALID;
+  if (want == ffi::DataType::INVALID || kv_dtype != want)
+    return bad("kv_cache's dtype does not match kv_format " + std::to_string(kv_format));
+  if (scale_kind < 0 || scale_kind > 2 || (kv_format == 0) != (scale_kind == 0))
+    return bad("scale_kind " + std::to_string(scale_kind) + " with kv_format " +
+               std::to_string(kv_format));
+  for (ffi::Span<const int64_t> s : {k_scale, v_scale}) {
+    const bool ok = scale_kind == 2
+                        ? s.size() == 3 && s[0] == p->num_blocks && s[1] == p->num_kv_heads &&
+                              s[2] == kPageSize
+                        : s.size() == 0;
+    if (!ok)
+      return bad("scales " + dims_str(s) + " for scale_kind " + std::to_string(scale_kind) +
+                 " (per tensor: [], per token: [num_blocks, Hkv, 16])");
+  }
+  p->kv_format = static_cast<KvFormat>(kv_format);
+  p->scale_kind = static_cast<ScaleKind>(scale_kind);
+  return ffi::Error::Success();
+}
+
 // The operands, results and attributes every platform's handler binds, in order, after any
 // platform context (e.g. the GPU stream) already on `binding`.
 template <typename Binding>
 auto bind_verify_attention(Binding binding) {
   return std::move(binding).template Arg<ffi::BufferR3<ffi::BF16>>()  // q [NQ*R, Hq, D]
-      .template Arg<ffi::BufferR4<ffi::BF16>>()            // kv_cache [blocks, Hkv, 16, 2D]
+      .template Arg<ffi::AnyBuffer>()                      // kv_cache [blocks, Hkv, 16, 2D]: bf16 or fp8
       .template Arg<ffi::BufferR2<ffi::S32>>()             // block_table [>=R, P]
       .template Arg<ffi::BufferR1<ffi::S32>>()             // seq_lens [>=R]
       .template Arg<ffi::BufferR0<ffi::S32>>()             // num_reqs: real requests
+      .template Arg<ffi::Buffer<ffi::F32>>()               // k_scale: [] or [blocks, Hkv, 16]
+      .template Arg<ffi::Buffer<ffi::F32>>()               // v_scale: likewise
       .template Ret<ffi::BufferR3<ffi::BF16>>()            // out, like q
       .template Ret<ffi::BufferR4<ffi::BF16>>()            // partial o [R*Hkv, S, rows, D] bf16
       .template Ret<ffi::BufferR4<ffi::F32>>()             // partial (m, l) [R*Hkv, S, rows, 2]
@@ -125,7 +162,9 @@ auto bind_verify_attention(Binding binding) {
       .template Attr<int32_t>("split_kernel")              // gpu::SplitKernel
       .template Attr<int32_t>("merge_warps")               // warps a merge row: 1, 2, 4 or 8
       .template Attr<int32_t>("merge_pdl")                 // 1: merge as a dependent launch
-      .template Attr<int32_t>("merge_by_lane");            // 1: a segment weighed on one lane
+      .template Attr<int32_t>("merge_by_lane")             // 1: a segment weighed on one lane
+      .template Attr<int32_t>("kv_format")                 // muse_attn::KvFormat
+      .template Attr<int32_t>("scale_kind");               // muse_attn::ScaleKind
 }
 
 }  // namespace muse_attn
