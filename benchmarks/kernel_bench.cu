@@ -4,8 +4,8 @@
 // (gpu/launch_plan.h: plan_launch on describe_current_device()), with the same override as a call
 // through JAX: MUSE_ATTN_LAUNCH="split_kernel=pingpong,merge_pdl=0,..." (parse_overrides).
 //   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90a -I ffi -o /tmp/kernel_bench -x cu \
-//        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/merge_kernel.cu.cc \
-//        ffi/gpu/device_query.cc
+//        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/split_kernel_fp8.cu.cc \
+//        ffi/gpu/merge_kernel.cu.cc ffi/gpu/device_query.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the plan's count)
 // The workload is the benchmark's (benchmarks/bench.py): 16/2 heads, D 64, 8 tokens a request,
 // shuffled 16-key pages, every request at L keys; no arguments: eight configs of its grid.

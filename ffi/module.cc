@@ -56,8 +56,9 @@ NB_MODULE(_muse_attn, m) {
       [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
          int window, const std::string& vendor, int multiprocessors, int compute_major,
          int warp_size, bool merge_can_wait, bool has_two_pairs, int num_splits,
-         const std::string& overrides) {
-        const CallShape shape{head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window};
+         const std::string& overrides, bool kv_fp8) {
+        const CallShape shape{head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages,
+                              window, kv_fp8};
         Device device;
         if (vendor == "cpu") device.vendor = Vendor::kCpu;
         else if (vendor == "nvidia") device.vendor = Vendor::kNvidia;
@@ -86,7 +87,7 @@ NB_MODULE(_muse_attn, m) {
       nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("vendor"),
       nb::arg("multiprocessors"), nb::arg("compute_major"), nb::arg("warp_size"),
       nb::arg("merge_can_wait"), nb::arg("has_two_pairs"), nb::arg("num_splits"),
-      nb::arg("overrides"));
+      nb::arg("overrides"), nb::arg("kv_fp8") = false);
 #if defined(MUSE_ATTN_WITH_CUDA) || defined(MUSE_ATTN_WITH_HIP)
   m.def(
       "gpu_device",

@@ -30,7 +30,8 @@ DEVICES = {
                    merge_can_wait=False, has_two_pairs=False),
 }
 SCHEDULES = {"lockstep": 0, "wave_serial": 1}
-SOURCES = [os.path.join(FFI, "gpu", f) for f in ("split_kernel.cu.cc", "merge_kernel.cu.cc")] + [
+SOURCES = [os.path.join(FFI, "gpu", f) for f in (
+    "split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "merge_kernel.cu.cc")] + [
     os.path.join(FFI, "gpu", "emu", f) for f in ("emulator.cc", "entry.cc")]
 PROBES = os.path.join(ROOT, "tests", "emu_probes.cc")  # kernels with planted bugs
 RUN_CASE = os.path.join(FFI, "gpu", "emu", "run_case.cc")
@@ -63,14 +64,19 @@ def _digest(extra: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def build(target: str, out_dir: str, sanitize: bool = False, executable: bool = False) -> str:
+def build(target: str, out_dir: str, sanitize: bool = False, executable: bool = False,
+          fp8_staged: bool = False) -> str:
     """The emulator for target as a shared library with the probe kernels (or, with executable,
-    the run_case program), compiled into out_dir; reused while the sources are unchanged."""
+    the run_case program), compiled into out_dir; reused while the sources are unchanged.
+    fp8_staged: an FP8 cache takes NVIDIA's staged form (copied as FP8, then converted; kernels.h)
+    instead of AMD's direct one."""
     clang = find_clang()
     if clang is None:
         raise FileNotFoundError("no clang++ 17 or newer (Debian: apt-get install clang-19)")
     flags = ["-std=c++17", "-fno-strict-aliasing", "-g", f"-D__{target}__", "-D__HIP_DEVICE_COMPILE__",
              "-DMUSE_ATTN_WITH_HIP", "-I", os.path.join(FFI, "gpu", "emu"), "-I", FFI]
+    if fp8_staged:
+        flags += ["-DMUSE_ATTN_FP8_STAGED"]
     if sanitize:
         flags += ["-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
                   "-fno-omit-frame-pointer"]
@@ -101,7 +107,28 @@ class _Call(ctypes.Structure):
                 ("num_splits", ctypes.c_int), ("num_reqs_static", ctypes.c_int),
                 ("scale", ctypes.c_float), ("split_kernel", ctypes.c_int),
                 ("merge_warps", ctypes.c_int), ("merge_by_lane", ctypes.c_int),
-                ("schedule", ctypes.c_int), ("seed", ctypes.c_uint64)]
+                ("schedule", ctypes.c_int), ("seed", ctypes.c_uint64),
+                ("k_scale", ctypes.c_void_p), ("v_scale", ctypes.c_void_p),
+                ("kv_format", ctypes.c_int), ("scale_kind", ctypes.c_int)]
+
+
+KV_FORMATS = {"bfloat16": 0, "float8_e4m3fn": 1, "float8_e4m3fnuz": 2}
+
+
+def _kv_operands(kv, k_scale, v_scale):
+    """The cache's bytes, format and scales as the call passes them: bf16 -> uint16 bits; FP8 ->
+    uint8 bytes with float32 scales ([] per tensor or [blocks, Hkv, 16] per token)."""
+    kv = np.ascontiguousarray(np.asarray(kv))
+    fmt = KV_FORMATS[str(kv.dtype)] if str(kv.dtype) in KV_FORMATS else 0
+    if fmt == 0:
+        if kv.dtype.itemsize != 2:
+            raise TypeError(f"kv: bf16 (2-byte items) or an FP8 dtype, got {kv.dtype}")
+        one = np.zeros((1,), np.float32)
+        return kv.view(np.uint16), 0, 0, one, one
+    ks = np.ascontiguousarray(np.asarray(k_scale, np.float32)).reshape(-1)
+    vs = np.ascontiguousarray(np.asarray(v_scale, np.float32)).reshape(-1)
+    kind = 1 if ks.size == 1 else 2
+    return kv.view(np.uint8), fmt, kind, ks, vs
 
 
 SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs")
@@ -115,11 +142,12 @@ class Emulator:
         self.mfma_k = self.lib.muse_emu_mfma_k()
 
     def run(self, q, kv, table, seq_lens, *, scale, tokens, window=None, num_reqs=None,
-            traced_num_reqs=False, plan, schedule="lockstep", seed=1):
-        """out (bf16 bits as uint16, q's shape) of one call; q, kv: bf16 arrays (any dtype
-        with 2-byte items); plan: a launch_plan() dict."""
+            traced_num_reqs=False, plan, schedule="lockstep", seed=1, k_scale=None, v_scale=None):
+        """out (bf16 bits as uint16, q's shape) of one call; q: bf16 (any dtype with 2-byte
+        items); kv: bf16 likewise, or float8_e4m3fn / float8_e4m3fnuz with k_scale and v_scale;
+        plan: a launch_plan() dict."""
         q = np.ascontiguousarray(np.asarray(q)).view(np.uint16)
-        kv = np.ascontiguousarray(np.asarray(kv)).view(np.uint16)
+        kv, fmt, kind, ks, vs = _kv_operands(kv, k_scale, v_scale)
         table = np.ascontiguousarray(table, np.int32)
         seq_lens = np.ascontiguousarray(seq_lens, np.int32)
         rows, hq, d = q.reshape(q.shape[0], -1, kv.shape[3] // 2).shape
@@ -136,7 +164,8 @@ class Emulator:
                      table.shape[1], window or 0, splits,
                      -1 if traced_num_reqs else int(nr[0]), scale,
                      SPLIT_KERNELS.index(plan["split_kernel"]), plan["merge_warps"],
-                     int(plan["merge_by_lane"]), SCHEDULES[schedule], seed)
+                     int(plan["merge_by_lane"]), SCHEDULES[schedule], seed, ptr(ks), ptr(vs), fmt,
+                     kind)
         err = ctypes.create_string_buffer(2048)
         if self.lib.muse_emu_verify_attention(ctypes.byref(call), err, len(err)) != 0:
             raise EmulatorError(err.value.decode())
@@ -167,14 +196,16 @@ class Emulator:
 
 HEADER = ("num_requests", "tokens", "num_q_heads", "num_kv_heads", "head_dim", "pages", "window",
           "num_splits", "num_reqs_static", "split_kernel", "merge_warps", "merge_by_lane",
-          "schedule", "seed", "num_blocks", "table_rows", "num_reqs")
+          "schedule", "seed", "num_blocks", "table_rows", "num_reqs", "kv_format", "scale_kind")
 
 
 def write_case(path, c, plan, schedule="lockstep", seed=1):
-    """A case file for run_case (ffi/gpu/emu/run_case.cc): int64 header, float64 scale, q and kv
-    as bf16 bits, block table and seq_lens as int32."""
+    """A case file for run_case (ffi/gpu/emu/run_case.cc): int64 header, float64 scale, q as bf16
+    bits, kv as bf16 bits or FP8 bytes, block table and seq_lens as int32, the K and V scales as
+    float32 (one unused value each for bf16)."""
     q = np.ascontiguousarray(np.asarray(c.q_np)).view(np.uint16)
-    kv = np.ascontiguousarray(np.asarray(c.kv_np)).view(np.uint16)
+    kv, fmt, kind, ks, vs = _kv_operands(c.kv_np, getattr(c, "k_scale_np", None),
+                                         getattr(c, "v_scale_np", None))
     rows, d = q.shape[0], kv.shape[3] // 2
     R = rows // c.NQ
     head = dict(num_requests=R, tokens=c.NQ, num_q_heads=q.size // (rows * d),
@@ -183,7 +214,7 @@ def write_case(path, c, plan, schedule="lockstep", seed=1):
                 split_kernel=SPLIT_KERNELS.index(plan["split_kernel"]),
                 merge_warps=plan["merge_warps"], merge_by_lane=int(plan["merge_by_lane"]),
                 schedule=SCHEDULES[schedule], seed=seed, num_blocks=kv.shape[0],
-                table_rows=c.bt_np.shape[0], num_reqs=c.num_reqs)
+                table_rows=c.bt_np.shape[0], num_reqs=c.num_reqs, kv_format=fmt, scale_kind=kind)
     with open(path, "wb") as f:
         np.array([head[k] for k in HEADER], np.int64).tofile(f)
         np.array([c.scale], np.float64).tofile(f)
@@ -191,3 +222,5 @@ def write_case(path, c, plan, schedule="lockstep", seed=1):
         kv.tofile(f)
         np.ascontiguousarray(c.bt_np, np.int32).tofile(f)
         np.ascontiguousarray(c.sl_np, np.int32).tofile(f)
+        ks.tofile(f)
+        vs.tofile(f)

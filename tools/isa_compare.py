@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_compile_check as gcc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = ("split_kernel.cu.cc", "merge_kernel.cu.cc")
+SOURCES = ("split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "merge_kernel.cu.cc")
 CUDA_ARCHS = ("sm_90a", "sm_90", "sm_80", "sm_100a")
 HIP_ARCHS = ("gfx942", "gfx950")
 
@@ -95,6 +95,8 @@ def amd_isa(tree: str, src: str, arch: str) -> dict[str, list[str]]:
 def dump(tree: str, out_dir: str, archs) -> None:
     for arch in archs:
         for src in SOURCES:
+            if not os.path.exists(os.path.join(tree, "ffi", "gpu", src)):
+                continue  # an older tree
             code = amd_isa(tree, src, arch) if arch.startswith("gfx") else sass(tree, src, arch)
             d = os.path.join(out_dir, arch)
             os.makedirs(d, exist_ok=True)
@@ -105,7 +107,10 @@ def dump(tree: str, out_dir: str, archs) -> None:
 
 
 def _read(path: str) -> dict[str, list[str]]:
+    """A dump file's kernels; none where the tree had no such source."""
     out, cur = {}, None
+    if not os.path.exists(path):
+        return out
     with open(path) as f:
         for line in f.read().splitlines():
             if line.startswith("@@ "):

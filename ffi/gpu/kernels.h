@@ -1,5 +1,5 @@
 // The GPU kernels' arguments (VerifyParams) and launchers (split_kernel.cu.cc,
-// merge_kernel.cu.cc). The handler (verify_attention_gpu.cc) fills VerifyParams from the FFI
+// split_kernel_fp8.cu.cc, merge_kernel.cu.cc). The handler (verify_attention_gpu.cc) fills VerifyParams from the FFI
 // buffers and launches what the launch plan says; launch geometry comes from static sizes only,
 // never from device data.
 #ifndef MUSE_ATTN_GPU_KERNELS_H_
@@ -29,7 +29,7 @@ struct VerifyParams {
   int window;                 // 0: full attention
   // Second line: Q's copies, the segment's cut, the block table and the cache.
   const uint16_t* q;          // [NQ*R, Hq, D] bf16
-  const uint16_t* kv;         // [num_blocks, Hkv, 16, 2D] bf16
+  const void* kv;             // [num_blocks, Hkv, 16, 2D] bf16 or FP8
   const int32_t* table;       // [>= R, pages]
   int64_t table_stride;       // elements between block-table rows
   FastDiv qpk;                // query heads a KV head
@@ -44,6 +44,12 @@ struct VerifyParams {
   uint16_t* out;              // like q
   uint16_t* part_o;           // [R*Hkv, S, rows, D] bf16, rows in partial_o_order.h's order
   float* part_ml;             // [R*Hkv, S, rows, 2]
+  // An FP8 cache (kv_tile.h, muse_attn/fp8.h); last, so that a bf16 kernel's parameters keep
+  // their places.
+  const float* k_scale;       // [] per tensor or [num_blocks, Hkv, 16] per token
+  const float* v_scale;
+  int kv_format;              // muse_attn::KvFormat
+  int scale_kind;             // muse_attn::ScaleKind
 };
 // The first line's fields in its 48 bytes, the second's in the next 64 (the bank's lines are
 // 64-byte aligned and the parameters start 16 bytes into one).
@@ -77,6 +83,15 @@ inline constexpr Vendor kVendor = Vendor::kAmd;
 inline constexpr Vendor kVendor = Vendor::kNvidia;
 #endif
 
+// How an FP8 tile becomes bf16 (kv_tile.h): staged (copied as FP8, then converted) where copies
+// are asynchronous; direct (converted as it is copied) on AMD, whose copies go through registers.
+// MUSE_ATTN_FP8_STAGED takes the staged form on AMD too (the emulator's tests run both).
+#if defined(MUSE_ATTN_CUDA) || defined(MUSE_ATTN_FP8_STAGED)
+inline constexpr bool kFp8Staged = true;
+#else
+inline constexpr bool kFp8Staged = false;
+#endif
+
 // The split kernel's tiles in flight (shared-memory stages).
 template <int D>
 struct Stages {
@@ -97,6 +112,8 @@ inline dim3 split_grid_two_pairs(const VerifyParams& p) {
 
 // Split: every CTA finds its tiles from seq_lens and exits when it has none.
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
+// The split kernel of an FP8 cache (kv_format != bf16; per_tile whatever the plan says).
+gpuError_t launch_split_fp8(const VerifyParams& p, gpuStream_t stream);
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen); a
 // programmatic dependent launch of the split kernel when plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t stream);

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "gpu/vendor.h"
+#include "muse_attn/fp8.h"
 #include "muse_attn/geometry.h"
 #include "muse_attn/page_table.h"
 
@@ -74,18 +75,20 @@ __device__ __forceinline__ void stage_q_tile(const QTile<D, Rows>& dst, const ui
   }
 }
 
-// Where the keys of one (request, KV head) group live. A page's address is one 32 x 32 -> 64-bit
-// multiply-add (page_bytes): the block id is a valid id (< 2^31) and the stride between blocks,
-// Hkv x 2 KiB x D / 64, fits 32 bits because Hkv <= kMaxGroups (the handler checks it).
-template <int D>
+// Where the keys of one (request, KV head) group live (kElemBytes: 2 for bf16, 1 for FP8). A
+// page's address is one 32 x 32 -> 64-bit multiply-add (page_bytes): the block id is a valid id
+// (< 2^31) and the stride between blocks, Hkv x 2 KiB x D / 64, fits 32 bits because Hkv <=
+// kMaxGroups (the handler checks it).
+template <int D, int kElemBytes = 2>
 struct KvSource {
-  static constexpr int kPageBytes = kPageSize * 2 * D * 2;  // one head's page: 16 slots of [K | V]
+  static constexpr int kPageBytes = kPageSize * 2 * D * kElemBytes;  // a head's page: 16 [K | V]
+  using Elem = std::conditional_t<kElemBytes == 2, uint16_t, uint8_t>;  // (its alignment shapes the code)
   const char* head_base;      // kv + kv_head * kPageBytes: block b's page is head_base + b * stride
   uint32_t block_stride;      // bytes between blocks: Hkv * kPageBytes
   const int32_t* table_row;   // block_table[r]
   LivePages live;             // which entries may be read, which ids are valid
 
-  __device__ KvSource(const uint16_t* kv, int num_kv_heads, int kv_head, const int32_t* row,
+  __device__ KvSource(const Elem* kv, int num_kv_heads, int kv_head, const int32_t* row,
                       const RequestGeometry& g, int64_t num_blocks)
       : head_base(reinterpret_cast<const char*>(kv) + static_cast<int64_t>(kv_head) * kPageBytes),
         block_stride(static_cast<uint32_t>(num_kv_heads) * kPageBytes),
@@ -119,16 +122,16 @@ struct TilePages {
   }
 };
 
-template <int D>
-__device__ __forceinline__ TileEntries load_tile_entries(const KvSource<D>& src, int tile) {
+template <int D, int E>
+__device__ __forceinline__ TileEntries load_tile_entries(const KvSource<D, E>& src, int tile) {
   TileEntries e;
 #pragma unroll
   for (int i = 0; i < kPagesPerTile; ++i) e.raw[i] = src.live.entry(src.table_row, tile * kPagesPerTile + i);
   return e;
 }
 
-template <int D>
-__device__ __forceinline__ TilePages resolve(const KvSource<D>& src, const TileEntries& e) {
+template <int D, int E>
+__device__ __forceinline__ TilePages resolve(const KvSource<D, E>& src, const TileEntries& e) {
   TilePages tp;
 #pragma unroll
   for (int i = 0; i < kPagesPerTile; ++i) tp.block[i] = src.live.block_of(e.raw[i]);
@@ -191,6 +194,173 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
     copies(std::false_type{});
   } else {
     copies(std::true_type{});
+  }
+}
+
+// ---- FP8 cache (muse_attn/fp8.h) ------------------------------------------------------------
+// A tile is dequantized into the bf16 KvTile above (K = bf16(fp32(scale * decode(k8)))), and the
+// split kernel runs on from there as for a bf16 cache. Two ways to get there:
+//   staged (NVIDIA: the copies are asynchronous): the FP8 bytes and per-token scales are copied
+//     into an Fp8Stage (stage_fp8_tile), and once they have landed convert_fp8_tile writes the
+//     bf16 tile;
+//   direct (AMD: the copies go through registers anyway): stage_fp8_tile_direct loads, converts
+//     and writes the bf16 tile in one step, no FP8 stage.
+// Either way a key that is not present (its page names no block, or it lies outside [key_lo,
+// seq_len)) becomes zeros, its bytes and its scale unread, as for a bf16 cache.
+
+// What a tile's dequantization needs besides its bytes. A present key's scale is read from
+// memory either way (per tensor: the one value, every time), so that the same copies and loads
+// serve both kinds.
+struct Fp8Scales {
+  const float* k;  // [] (per tensor) or [num_blocks, Hkv, 16] (per token)
+  const float* v;
+  bool per_token;
+  bool fnuz;       // e4m3fnuz (gfx942) rather than e4m3fn
+  int num_kv_heads, kv_head;
+  // Where the scale of the key in slot `slot` of block `block` (>= 0) is.
+  __device__ const float* at(bool v, int32_t block, int slot) const {
+    const float* base = v ? this->v : k;
+    return per_token ? base + (static_cast<int64_t>(block) * num_kv_heads + kv_head) * kPageSize + slot
+                     : base;
+  }
+};
+
+// One tile of the FP8 cache as copied (staged form): [64 keys][K | V] bytes, then the 64 keys'
+// K scales and V scales.
+template <int D>
+struct Fp8Stage {
+  static constexpr int kRowBytes = 2 * D;
+  static constexpr int kBytes = kTileKeys * kRowBytes + 2 * kTileKeys * 4;
+
+  char* base;
+
+  __device__ char* row(int key) const { return base + key * kRowBytes; }
+  __device__ char* scale(bool v, int key) const {
+    return base + kTileKeys * kRowBytes + 4 * (v ? kTileKeys + key : key);
+  }
+};
+
+// The tile's keys in [lo, hi) of pages with a block are present.
+struct TileKeys {
+  int lo, hi;
+  unsigned pages;  // TilePages::present_mask()
+  __device__ bool present(int key) const {
+    return ((pages >> (key / kPageSize)) & 1u) != 0 && key >= lo && key < hi;
+  }
+};
+__device__ __forceinline__ TileKeys tile_keys(const RequestGeometry& g, int tile, unsigned pages) {
+  return TileKeys{g.key_lo - tile * kTileKeys, g.seq_len - tile * kTileKeys, pages};
+}
+
+// 16 FP8 values (4 words) -> 16 bf16 (8 words), as the rule says; zeros where !present.
+__device__ __forceinline__ void fp8x16_to_bf16(const uint32_t (&in)[4], float scale, bool fnuz,
+                                               bool present, uint32_t (&out)[8]) {
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    const uint32_t lo = in[w / 2] >> (16 * (w % 2)) & 0xFFu, hi = in[w / 2] >> (16 * (w % 2) + 8) & 0xFFu;
+    const uint32_t pair = fp8_dequantize_bf16(lo, scale, fnuz) | (fp8_dequantize_bf16(hi, scale, fnuz) << 16);
+    out[w] = present ? pair : 0u;
+  }
+}
+
+// The thread's chunks of an FP8 tile: chunk ci (16 bytes: a slot's K or V at columns
+// 16 * part ..) of key ci / kChunksPerKey, ci = tid + j * kThreads.
+template <int D, int kThreads>
+struct Fp8Chunks {
+  static constexpr int kChunksPerKey = 2 * D / 16;  // K then V
+  static constexpr int kPerThread = kTileKeys * kChunksPerKey / kThreads;
+  static_assert(kTileKeys * kChunksPerKey % kThreads == 0, "whole chunks a thread");
+  __device__ static int key(int tid, int j) { return (tid + j * kThreads) / kChunksPerKey; }
+  __device__ static int part(int tid, int j) { return (tid + j * kThreads) % kChunksPerKey; }
+};
+
+// Writes 16 dequantized values (a chunk of key's K or V from column d0) into the bf16 tile.
+template <int D>
+__device__ __forceinline__ void write_bf16_chunk(const KvTile<D>& dst, int key, bool v, int d0,
+                                                 const uint32_t (&w)[8]) {
+  const int half = v ? kTileKeys * KvTile<D>::kRowBytes : 0;
+  lds_write(dst.base + half + KvTile<D>::offset(key, d0), make_uint4(w[0], w[1], w[2], w[3]));
+  lds_write(dst.base + half + KvTile<D>::offset(key, d0 + 8), make_uint4(w[4], w[5], w[6], w[7]));
+}
+
+// Page `page`'s block of the tile (a select chain: an indexed register array would go to
+// scratch memory).
+__device__ __forceinline__ int32_t block_of_page(const TilePages& pages, int page) {
+  int32_t block = pages.block[0];
+#pragma unroll
+  for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
+  return block;
+}
+
+// Staged form: issues the copies of tile `tile`'s FP8 bytes and (per token) scales into `dst`.
+// A chunk or scale is read only where its key is present; the rest is zero-filled.
+template <int D, int kThreads>
+__device__ __forceinline__ void stage_fp8_tile(const Fp8Stage<D>& dst, const KvSource<D, 1>& src,
+                                               const Fp8Scales& sc, const RequestGeometry& g,
+                                               int tile, const TilePages& pages, int tid) {
+  using C = Fp8Chunks<D, kThreads>;
+  const TileKeys keys = tile_keys(g, tile, pages.present_mask());
+#pragma unroll 1  // the math's registers are live across the staging
+  for (int j = 0; j < C::kPerThread; ++j) {
+    const int key = C::key(tid, j), part = C::part(tid, j);
+    const int32_t block = block_of_page(pages, key / kPageSize);
+    const char* slot = src.page_bytes(block < 0 ? 0 : block, src.head_base) + (key % kPageSize) * 2 * D;
+    copy16(dst.row(key) + 16 * part, slot + 16 * part, keys.present(key));
+  }
+  static_assert(kThreads >= 2 * kTileKeys, "a scale a thread");
+  if (tid < 2 * kTileKeys) {
+    const int key = tid % kTileKeys;
+    const bool v = tid >= kTileKeys;
+    const int32_t block = block_of_page(pages, key / kPageSize);
+    copy4(dst.scale(v, key), sc.at(v, block < 0 ? 0 : block, key % kPageSize), keys.present(key));
+  }
+}
+
+// Staged form: the landed FP8 tile `raw` dequantized into the bf16 tile `dst` (every thread of
+// the CTA; raw's copies waited for and a barrier passed before, a barrier after).
+template <int D, int kThreads>
+__device__ __forceinline__ void convert_fp8_tile(const KvTile<D>& dst, const Fp8Stage<D>& raw,
+                                                 const Fp8Scales& sc, const RequestGeometry& g,
+                                                 int tile, unsigned pages, int tid) {
+  using C = Fp8Chunks<D, kThreads>;
+  const TileKeys keys = tile_keys(g, tile, pages);
+#pragma unroll 1  // a chunk at a time: the math's registers are live across the conversion
+  for (int j = 0; j < C::kPerThread; ++j) {
+    const int key = C::key(tid, j), part = C::part(tid, j);
+    const bool v = part >= D / 16;
+    const uint4 bytes = lds_read<uint4>(raw.row(key) + 16 * part);
+    const uint32_t in[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+    uint32_t out[8];
+    const float s = lds_read<float>(raw.scale(v, key));
+    fp8x16_to_bf16(in, s, sc.fnuz, keys.present(key), out);
+    write_bf16_chunk(dst, key, v, 16 * (part % (D / 16)), out);
+  }
+}
+
+// Direct form: tile `tile`'s FP8 bytes loaded, dequantized and written into the bf16 tile `dst`
+// in one step (synchronous copies).
+template <int D, int kThreads>
+__device__ __forceinline__ void stage_fp8_tile_direct(const KvTile<D>& dst, const KvSource<D, 1>& src,
+                                                      const Fp8Scales& sc, const RequestGeometry& g,
+                                                      int tile, const TilePages& pages, int tid) {
+  using C = Fp8Chunks<D, kThreads>;
+  const TileKeys keys = tile_keys(g, tile, pages.present_mask());
+#pragma unroll
+  for (int j = 0; j < C::kPerThread; ++j) {
+    const int key = C::key(tid, j), part = C::part(tid, j);
+    const bool v = part >= D / 16, present = keys.present(key);
+    const int32_t block = block_of_page(pages, key / kPageSize);
+    uint4 bytes = make_uint4(0u, 0u, 0u, 0u);
+    float s = 0.0f;
+    if (present) {
+      const char* slot = src.page_bytes(block, src.head_base) + (key % kPageSize) * 2 * D;
+      bytes = *reinterpret_cast<const uint4*>(slot + 16 * part);
+      s = *sc.at(v, block, key % kPageSize);
+    }
+    const uint32_t in[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+    uint32_t out[8];
+    fp8x16_to_bf16(in, s, sc.fnuz, present, out);
+    write_bf16_chunk(dst, key, v, 16 * (part % (D / 16)), out);
   }
 }
 

@@ -1,420 +1,21 @@
-// The split kernels: one CTA per (segment, request, KV head[, block of 64 rows]). A CTA stages
-// its 64 query rows (first, in a copy group of their own) and the segment's 64-key tiles through
-// shared memory (kv_tile.h; Stages<D> tiles in flight, each tile's block ids loaded a tile
-// earlier), computes S = Q K^T on the matrix units (warp_mma.h), masks only boundary tiles
-// (mask.h whole_tiles), runs the online softmax in fp32 in the exp2 domain (softmax_state.h),
-// accumulates O += P V and writes the segment's partial (m, l, o) for the merge (partials.h).
-// The variants (launch_plan.h SplitKernel picks one; one body, run_split_cta, for the first three):
+// The split kernels of a bf16 cache (split_cta.h: one CTA per (segment, request, KV head[,
+// block of 64 rows]) and what it does). The variants (launch_plan.h SplitKernel picks one; one
+// body, run_split_cta, for the first three):
 //   split_kernel<D>             a segment tile by tile;
 //   split_kernel_two_tile<64>   a segment of exactly two tiles as one 128-key step;
 //   split_kernel_fill_ring<64>  a four-tile segment's copies all issued in the prologue;
 //   split_kernel_pingpong<64>   two warpgroups a CTA taking alternate tiles (NVIDIA), and
 //   split_kernel_pingpong_two_pairs<64>  the same as two pairs a CTA, each on its own segment.
+// An FP8 cache's kernel is split_kernel_fp8.cu.cc's (a file of its own: beside these entry points
+// it would change their code).
 #include <atomic>
 #include <cstdint>
 
 #include "gpu/kernels.h"
-#include "gpu/kv_tile.h"
-#include "gpu/launch_plan.h"
-#include "gpu/partial_o_order.h"
-#include "gpu/vendor.h"
-#include "gpu/warp_mma.h"
-#include "muse_attn/geometry.h"
-#include "muse_attn/mask.h"
-#include "muse_attn/partials.h"
-#include "muse_attn/softmax_state.h"
+#include "gpu/split_cta.h"
 
 namespace muse_attn::gpu {
 namespace {
-
-constexpr int kWarps = 4;  // 4 x 16 rows = kMaxRows
-constexpr int kThreads = kWarps * kWarpSize;
-// op over x[0..n) as a tree (log2 n dependent steps instead of n).
-template <int n, typename Op>
-__device__ __forceinline__ float tree_reduce(const float* x, Op op) {
-  static_assert((n & (n - 1)) == 0, "a power of two");
-  if constexpr (n == 1) {
-    return x[0];
-  } else {
-    return op(tree_reduce<n / 2>(x, op), tree_reduce<n / 2>(x + n / 2, op));
-  }
-}
-
-// NVIDIA: 1 KiB more, to start the stages at a 1024-byte boundary (the 128-byte swizzle atom of
-// the warpgroup MMA's shared-memory operands; warp_mma.h).
-constexpr int kSmemAlign = 1024;
-template <int D>
-constexpr int split_smem_bytes() {  // the stages, then the query tile
-#if defined(MUSE_ATTN_CUDA)
-  constexpr int pad = kSmemAlign;
-#else
-  constexpr int pad = 0;
-#endif
-  return Stages<D>::value * KvTile<D>::kBytes + QTile<D, kMaxRows>::kBytes + pad;
-}
-
-// The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
-// (request, KV head), and its block of kMaxRows query rows blockIdx.z.
-struct SplitCta {
-  int seg, group, req, kvh, block_row0;
-};
-__device__ __forceinline__ SplitCta split_cta(const VerifyParams& p) {
-  SplitCta c;
-  c.seg = blockIdx.x;
-  c.group = blockIdx.y;
-  c.req = c.group / p.num_kv_heads;
-  c.kvh = c.group - c.req * p.num_kv_heads.divisor();
-  c.block_row0 = kMaxRows * blockIdx.z;
-  return c;
-}
-
-// The CTA's query rows into q_tile by kStageThreads threads (tid: the thread's index among
-// them), in a copy group of their own; rows past the group's are zero-filled. On NVIDIA the
-// copies fly while seq_lens and the block ids are read (Q does not depend on them).
-template <int D, int kStageThreads>
-__device__ __forceinline__ void stage_query_rows(const VerifyParams& p, const SplitCta& c,
-                                                 const QTile<D, kMaxRows>& q_tile, int tid) {
-  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
-  stage_q_tile<D, kMaxRows, kStageThreads>(
-      q_tile, p.q, min_i(p.rows - c.block_row0, kMaxRows),
-      [&](int r) { return ql.row_offset(c.req, c.kvh, c.block_row0 + r); }, tid);
-  copy_commit();
-}
-
-// What the mask (mask.h) needs of a lane's R rows: the keys row rr sees, [key_min[rr],
-// qpos[rr]] (key_is_visible), and the tiles [whole_lo, whole_hi) that every token sees whole
-// (whole_tiles), where the mask is skipped when all 4 pages are present.
-template <int R>
-struct LaneMask {
-  int qpos[R], key_min[R];
-  int whole_lo, whole_hi;
-  // Tile t, its present pages pages_ok (4 bits): a boundary tile, the mask needed.
-  __device__ __forceinline__ bool boundary(int t, unsigned pages_ok) const {
-    return pages_ok != 0xFu || t < whole_lo || t >= whole_hi;
-  }
-};
-// The warp's rows start at row0 of the group; a query row's token, without branches (rows past
-// the group's are clamped: their scores are never written).
-template <int D>
-__device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
-    const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0) {
-  constexpr int R = WarpAttention<D>::kRowsPerLane;
-  LaneMask<R> m;
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    m.qpos[rr] = token_position(g, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
-    m.key_min[rr] = first_visible_key(m.qpos[rr], p.window);
-  }
-  whole_tiles(g.ctx, p.tokens, p.window, &m.whole_lo, &m.whole_hi);
-  return m;
-}
-
-// Masks a boundary tile's scores of the lane's row rr (mask.h key_is_visible, absent pages):
-// branch-free (a branch a score makes a masked tile slower than the selects do).
-template <int D, int R>
-__device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
-                                            int rr, int t, unsigned pages_ok, const LaneMask<R>& mask) {
-#pragma unroll
-  for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i) {
-    const int k = w.key_of(i), key = t * kTileKeys + k;
-    const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (key >= mask.key_min[rr]) &
-                     (key <= mask.qpos[rr]);
-    s[i] = vis ? s[i] : neg_inf();
-  }
-}
-
-// The max to subtract for a row's running max m (scaled): 0 for an all-masked row (m = -inf),
-// so no -inf - -inf makes a NaN.
-__device__ __forceinline__ float finite_max(float m) { return m == neg_inf() ? 0.0f : m; }
-
-// p = exp2(s * c - m_use) in place over a lane's scores of a row (softmax_state.h).
-template <int N>
-__device__ __forceinline__ void exp2_scaled_in_place(float (&s)[N], float scale_log2, float m_use) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) s[i] = fast_exp2(fmaf(s[i], scale_log2, -m_use));
-}
-
-// How far (exp2 domain) a tile's max may exceed a row's running max before the running max
-// moves: within the slack every factor is 1 and O is not rescaled. Exact: l and O are sums over
-// the same max, which the partial's m carries to the merge (softmax_state.h: any m at most the
-// largest score does); p <= 2^slack stays well inside bf16 and fp32.
-inline constexpr float kRescaleSlack = 8;
-
-// One tile after its scores (w.scores): masks a boundary tile, runs the online softmax on the
-// raw scores in the exp2 domain (m kept scaled, p = exp2(s * c - m); softmax_state.h rules) and
-// accumulates P V.
-// kMasksFirst: the masks of all the lane's rows under one branch before the rows' softmax, so
-// the unmasked path jumps over them once, not once a row (the ping-pong kernel's choice; the
-// others take more registers with it and are no faster).
-template <bool kMasksFirst, int D, int R>
-__device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
-                                                       const KvTile<D>& tile, int t, unsigned pages_ok,
-                                                       bool boundary, const LaneMask<R>& mask,
-                                                       float scale_log2) {
-  using Warp = WarpAttention<D>;
-  constexpr int N = Warp::kScoresPerRow;
-  float factor[R];
-  if (kMasksFirst && boundary) {
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) mask_scores(w, w.s[rr], rr, t, pages_ok, mask);
-  }
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    if (!kMasksFirst && boundary) mask_scores(w, w.s[rr], rr, t, pages_ok, mask);
-    // scale > 0: the max commutes with it; -inf stays -inf.
-    const float mx = Warp::row_max(tree_reduce<N>(w.s[rr], max_op)) * scale_log2;
-    // -inf + slack stays -inf: a row's first visible key always sets its max.
-    const float m_new = mx > st[rr].m + kRescaleSlack ? mx : st[rr].m;
-    const float m_use = finite_max(m_new);
-    factor[rr] = fast_exp2(st[rr].m - m_use);  // 0 when m was -inf
-    exp2_scaled_in_place(w.s[rr], scale_log2, m_use);
-    // lane-partial l; reduced over the row at the end
-    st[rr].l = st[rr].l * factor[rr] + tree_reduce<N>(w.s[rr], add_op);
-    st[rr].m = m_new;
-  }
-  bool rescale = false;  // once the max settles every factor is 1: skip the multiplies
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) rescale |= factor[rr] != 1.0f;
-  if (warp_any(rescale)) {
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) w.rescale(rr, factor[rr]);
-  }
-  w.accumulate(tile);
-}
-
-// A segment of exactly two tiles t, t + 1 (both staged by the prologue), as one 128-key step
-// (the warpgroup MMA only): both tiles' score MMAs in one round trip, one softmax over their 128
-// keys from the empty state (no rescale: O is still zero), both P V in one round trip.
-// b_ready() runs between the two tiles' score MMAs and waits for b's copies: every thread of the
-// CTA must reach it (it holds a barrier).
-template <int D, int R, typename BReady>
-__device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w, SoftmaxState (&st)[R],
-                                                            const KvTile<D>& a, const KvTile<D>& b,
-                                                            int t, unsigned ok_a, unsigned ok_b,
-                                                            const LaneMask<R>& mask, float scale_log2,
-                                                            BReady b_ready) {
-  using Warp = WarpAttention<D>;
-  constexpr int N = Warp::kScoresPerRow;
-  float s_b[R][N];
-  w.scores_pair(a, b, s_b, b_ready);
-  const bool bound_a = mask.boundary(t, ok_a), bound_b = mask.boundary(t + 1, ok_b);
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    if (bound_a) mask_scores(w, w.s[rr], rr, t, ok_a, mask);
-    if (bound_b) mask_scores(w, s_b[rr], rr, t + 1, ok_b, mask);
-    const float mx =
-        Warp::row_max(fmaxf(tree_reduce<N>(w.s[rr], max_op), tree_reduce<N>(s_b[rr], max_op))) * scale_log2;
-    const float m_use = finite_max(mx);
-    exp2_scaled_in_place(w.s[rr], scale_log2, m_use);
-    exp2_scaled_in_place(s_b[rr], scale_log2, m_use);
-    st[rr].l = tree_reduce<N>(w.s[rr], add_op) + tree_reduce<N>(s_b[rr], add_op);
-    st[rr].m = mx;
-  }
-  w.accumulate_pair(a, b, s_b);
-}
-
-// The segment's partial state of the warp's rows (partials.h): m and the row's l (the lanes'
-// st[rr].l summed over the row) by each row's leader lane, o as bf16 by every lane, in the order
-// of partial_o_order.h (NVIDIA: 16-byte stores, whole sectors a quad); rows past p.rows are not
-// written. The addresses once, the stores predicated (no branch a store).
-template <int D, int R>
-__device__ __forceinline__ void write_partials(const VerifyParams& p, const WarpAttention<D>& w,
-                                               const SoftmaxState (&st)[R], int group, int seg,
-                                               int row0) {
-  const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
-  bool row_ok[R];
-  uint16_t* o_row[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    const int row = row0 + w.row_of(rr);
-    row_ok[rr] = row < p.rows;
-    o_row[rr] = p.part_o + lay.o_offset(group, seg, row_ok[rr] ? row : 0);
-  }
-  float l_row[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) l_row[rr] = WarpAttention<D>::row_sum(st[rr].l);
-  if (w.is_row_leader()) {
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      if (!row_ok[rr]) continue;
-      float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
-      ml[0] = st[rr].m;
-      ml[1] = l_row[rr];
-    }
-  }
-  if constexpr (kPartialOTransposed) {
-    // The pair of columns d + 8j sits at partial_o_swap(d) + 2j: one 16-byte store.
-    w.for_each_out_block([&](int rr, int d, const float (&x)[8]) {
-      if (row_ok[rr])
-        *reinterpret_cast<uint4*>(o_row[rr] + partial_o_swap(d)) =
-            make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]), pack_bf16x2(x[4], x[5]),
-                       pack_bf16x2(x[6], x[7]));
-    });
-  } else {
-    w.for_each_out2([&](int rr, int d, float a, float b) {
-      if (row_ok[rr]) *reinterpret_cast<uint32_t*>(o_row[rr] + d) = pack_bf16x2(a, b);
-    });
-  }
-}
-
-// NVIDIA D = 64: 3 CTAs an SM (the stages' shared memory allows 3), so at most 168 registers.
-// (HIP reads the second bound as waves an execution unit: left at 1 there.)
-#if defined(MUSE_ATTN_CUDA)
-template <int D>
-inline constexpr int kMinCtasPerSm = D == 64 ? 3 : 1;
-#else
-template <int D>
-inline constexpr int kMinCtasPerSm = 1;
-#endif
-// kTwoTile: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
-// elsewhere tile by tile). An entry point of its own because the step costs registers, and so
-// time, where segments are longer. On sm_90a it is capped at kTwoTileMaxRegs (__maxnreg__, which
-// nvcc refuses beside __launch_bounds__ on one kernel) rather than the 3-an-SM bound's 168, so
-// that a dependent merge CTA fits beside two split CTAs an SM; elsewhere the bound's 168 is
-// written out (sm_90's mma.sync build would spill under 152).
-#if defined(MUSE_ATTN_WGMMA)
-inline constexpr int kTwoTileMaxRegs = 152;
-#else
-inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 8 * 8;  // the bound's
-#endif
-#if defined(MUSE_ATTN_CUDA)
-#define MUSE_ATTN_TWO_TILE_BOUNDS __maxnreg__(kTwoTileMaxRegs)
-#else
-#define MUSE_ATTN_TWO_TILE_BOUNDS __launch_bounds__(kThreads, kMinCtasPerSm<64>)
-#endif
-// One split CTA's work (the entry points below): an inlined body so that each entry point carries
-// its own register bound. kFillRing: a segment of exactly kStages tiles issues its last tile's
-// copies in the prologue too, so every copy is issued before the first wait.
-template <int D, bool kTwoTile, bool kFillRing>
-__device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
-  MUSE_DYNAMIC_SHARED(smem_raw);
-#if defined(MUSE_ATTN_CUDA)
-  char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
-                                  kSmemAlign) % kSmemAlign);
-#else
-  char* const smem = smem_raw;
-#endif
-  using Warp = WarpAttention<D>;
-  constexpr int kStages = Stages<D>::value;
-  constexpr int R = Warp::kRowsPerLane;
-  constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage
-
-  grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
-  const SplitCta c = split_cta(p);
-  const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
-  const int raw_len = p.seq_lens[c.req];  // in flight while Q's copies are issued
-  const int tid = threadIdx.x;
-  const int warp = tid / kWarpSize;
-  const int row0 = c.block_row0 + 16 * warp;  // the warp's first row of the group
-  const int lane = tid % kWarpSize;
-  // Q first (the request is real).
-  const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes};
-  stage_query_rows<D, kThreads>(p, c, q_tile, tid);
-  Warp w(lane);
-  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
-                                             p.num_splits);
-  int t0, t1;
-  segment_tiles(g, c.seg, &t0, &t1);
-  if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
-    copy_wait<0>();
-    return;
-  }
-  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
-  auto tile_at = [&](int stage) { return KvTile<D>{smem + stage * KvTile<D>::kBytes}; };
-
-  // present: 4 bits a stage, the present_mask() of the tile staged there (absent pages' keys
-  // are masked). Kept in a register: every thread stages with the same block ids.
-  static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
-  unsigned present = 0;
-  auto stage = [&](int slot, int tile, const TileEntries& entries) {
-    const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
-    stage_tile<D, kThreads, !kTwoTile>(tile_at(slot), src, g, tile, pages, tid);
-    present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
-  };
-
-  // Start the copies first; the masks' bounds are set up while they fly. At D = 64 the block
-  // ids of a tile are loaded one tile before its copies are issued (`next`), so no refill waits
-  // on a block-table read, and each id load is issued ahead of the K/V copies before its use
-  // (behind them, the refill waited as if for those copies too).
-  constexpr bool kPrefetchIds = D == 64;
-  TileEntries next{};
-  if constexpr (D == 64) {  // all first block ids in flight together
-    TileEntries first[kStages > 1 ? kStages - 1 : 1];
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s)
-      if (t0 + s < t1) first[s] = load_tile_entries(src, t0 + s);
-    // The loop's first refill's ids too, ahead of every K/V copy.
-    if (t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (t0 + s < t1) stage(s, t0 + s, first[s]);
-      if constexpr (kFill) {
-        if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
-      }
-      copy_commit();
-    }
-  } else {  // D = 128: one tile's ids at a time (registers are short there)
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (t0 + s < t1) stage(s, t0 + s, load_tile_entries(src, t0 + s));
-      copy_commit();
-    }
-  }
-
-  const LaneMask<R> mask = lane_mask(p, g, w, row0);
-  SoftmaxState st[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
-
-  bool paired = false;  // a two-tile segment taken as one step
-  if constexpr (kTwoTile && Warp::kWarpgroupMma && kStages >= 3) {
-    if (t1 - t0 == 2) {  // both tiles' copies were issued above (slots 0 and 1)
-      // The prologue committed kStages - 1 groups after Q's (stage_query_rows): tile t0's, t0 +
-      // 1's, then empty ones. Waiting for all but the last kStages - 2 lands Q and tile t0, so
-      // the first tile's scores start; the second's wait runs under them (second_tile_landed).
-      copy_wait<kStages - 2>();
-      fence_proxy_async_shared();
-      __syncthreads();
-      w.load_q(q_tile, 16 * warp);
-      auto second_tile_landed = [] {
-        copy_wait<kStages - 3>();
-        fence_proxy_async_shared();
-        __syncthreads();
-      };
-      softmax_and_accumulate_pair(w, st, tile_at(0), tile_at(1), t0, present & 0xFu, (present >> 4) & 0xFu,
-                                  mask, p.scale_log2, second_tile_landed);
-      paired = true;
-    }
-  }
-  for (int t = paired ? t1 : t0; t < t1; ++t) {
-    const int it = t - t0;
-    if constexpr (kPrefetchIds) {
-      TileEntries after{};  // issued ahead of this refill's copies
-      if (t + kStages < t1) after = load_tile_entries(src, t + kStages);  // lands during this tile
-      // (kFill: a kStages-tile segment's one refill was made in the prologue)
-      if (t + kStages - 1 < t1 && !(kFill && t1 - t0 == kStages))
-        stage((it + kStages - 1) % kStages, t + kStages - 1, next);
-      next = after;
-    } else if (t + kStages - 1 < t1) {
-      stage((it + kStages - 1) % kStages, t + kStages - 1, load_tile_entries(src, t + kStages - 1));
-    }
-    copy_commit();
-    copy_wait<kStages - 1>();  // tile t landed
-    if constexpr (Warp::kWarpgroupMma) fence_proxy_async_shared();  // the copies, for its reads
-    __syncthreads();
-    const int slot = it % kStages;
-    const KvTile<D> tile = tile_at(slot);
-    if (it == 0) w.load_q(q_tile, 16 * warp);
-    w.scores(tile);
-    const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
-    softmax_and_accumulate<false>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
-    __syncthreads();  // the stage is refilled next iteration
-  }
-  copy_wait<0>();
-
-  write_partials(p, w, st, c.group, c.seg, row0);
-}
 
 // The entry points (launch_split picks one from the launch plan).
 template <int D>
@@ -505,7 +106,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
   const int n_other = (t1 - t0) - n_team;             // the other team's
   auto team_tile = [&](int i) { return t0 + team + 2 * i; };
-  const KvSource<D> src(p.kv, p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
+  const KvSource<D> src(static_cast<const uint16_t*>(p.kv), p.num_kv_heads.divisor(), c.kvh, p.table + c.req * p.table_stride, g, p.num_blocks);
   auto tile_at = [&](int slot) { return KvTile<D>{smem + (team * P + slot) * KvTile<D>::kBytes}; };
   unsigned present = 0;  // 4 bits a slot of this team
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
@@ -648,30 +249,6 @@ __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pingpong_two_p
 }
 #endif  // MUSE_ATTN_CUDA (the ping-pong split kernel)
 
-// Raises a kernel's dynamic shared-memory limit once a device (the attribute is per device;
-// bit i of `done`: device i done).
-template <typename Kernel>
-gpuError_t allow_smem_once(Kernel kernel, int bytes, std::atomic<uint64_t>& done) {
-  int dev = 0;
-  if (gpuError_t e = current_device(&dev); e != gpuSuccess) return e;
-  const uint64_t bit = dev < 64 ? uint64_t{1} << dev : 0;
-  if (!bit || !(done.load(std::memory_order_acquire) & bit)) {
-    if (gpuError_t e = set_max_dynamic_shared(kernel, bytes); e != gpuSuccess) return e;
-    done.fetch_or(bit, std::memory_order_acq_rel);
-  }
-  return gpuSuccess;
-}
-
-// Launches a split kernel on grid with threads threads and smem bytes of dynamic shared memory;
-// `done` is the kernel's own (allow_smem_once).
-template <typename Kernel>
-gpuError_t launch_with_smem(Kernel kernel, std::atomic<uint64_t>& done, dim3 grid, int threads,
-                            int smem, const VerifyParams& p, gpuStream_t stream) {
-  if (gpuError_t e = allow_smem_once(kernel, smem, done); e != gpuSuccess) return e;
-  MUSE_GPU_LAUNCH(kernel, grid, threads, smem, stream, p);
-  return gpuGetLastError();
-}
-
 // Launches one of split_kernel's entry points (all take kThreads threads and the same shared
 // memory); `done` is the entry point's own.
 template <int D, typename Kernel>
@@ -719,8 +296,10 @@ bool pingpong_two_pairs_loaded() {
 }
 
 // The variants other than per_tile exist at D = 64 only, and the fill ring and ping-pong kernels
-// on NVIDIA only (launch_plan.h never picks them elsewhere; here they fall back to per_tile).
+// on NVIDIA only (launch_plan.h never picks them elsewhere; here they fall back to per_tile). An
+// FP8 cache has the per-tile kernel only (split_kernel_fp8.cu.cc).
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
+  if (p.kv_format != static_cast<int>(KvFormat::kBf16)) return launch_split_fp8(p, stream);
   const bool d64 = p.head_dim == 64;
 #if defined(MUSE_ATTN_CUDA)
   if (d64 && (kernel == SplitKernel::kPingpong || kernel == SplitKernel::kPingpongTwoPairs))

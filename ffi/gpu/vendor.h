@@ -244,6 +244,19 @@ __device__ __forceinline__ void copy16(void* smem_dst, const void* gmem_src, boo
 #endif
 }
 
+// copy4(dst, src, valid): 4 bytes to shared memory, as copy16 (zeros when !valid, src unread).
+__device__ __forceinline__ void copy4(void* smem_dst, const void* gmem_src, bool valid) {
+#if defined(MUSE_ATTN_CUDA)
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst));
+  const int src_bytes = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(gmem_src),
+               "r"(src_bytes)
+               : "memory");
+#else
+  lds_write(smem_dst, valid ? *static_cast<const uint32_t*>(gmem_src) : 0u);
+#endif
+}
+
 // Makes this thread's shared-memory writes (st.shared, cp.async) visible to the async proxy
 // (the warpgroup MMA reads its shared-memory operands through it; sm_90); before the barrier
 // that precedes the reads. Elsewhere nothing.

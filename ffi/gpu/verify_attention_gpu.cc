@@ -76,8 +76,6 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
   status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
                            kv_format, scale_kind, &pr);
   if (status.failure()) return status;
-  if (pr.kv_format != KvFormat::kBf16)
-    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention (GPU): FP8 KV not yet handled");
   if (pr.groups() > kMaxGroups || pr.num_kv_heads > kMaxGroups)  // grid y; 32-bit page strides
     return ffi::Error::InvalidArgument(
         "jax_muse_attn verify_attention (GPU): requests x KV heads and KV heads must be <= " +
@@ -95,13 +93,17 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 pr.head_dim, pr.pages, pr.window, pr.num_splits,
                                 pr.num_reqs_static);
   p.q = q.typed_data();
-  p.kv = static_cast<const uint16_t*>(kv_cache.untyped_data());
+  p.kv = kv_cache.untyped_data();
   p.table = block_table.typed_data();
   p.seq_lens = seq_lens.typed_data();
   p.num_reqs = num_reqs.typed_data();
   p.out = out->typed_data();
   p.part_o = part_o->typed_data();
   p.part_ml = part_ml->typed_data();
+  p.k_scale = k_scale.typed_data();
+  p.v_scale = v_scale.typed_data();
+  p.kv_format = static_cast<int>(pr.kv_format);
+  p.scale_kind = static_cast<int>(pr.scale_kind);
   p.num_blocks = pr.num_blocks;
   p.table_stride = pr.table_row_stride;
   p.scale_log2 = pr.scale_log2;

@@ -70,6 +70,10 @@ int muse_emu_verify_attention(const MuseEmuCall* call, char* error, int error_le
   p.num_blocks = c.num_blocks;
   p.table_stride = c.table_stride;
   p.scale_log2 = c.scale * 1.4426950408889634f;
+  p.k_scale = c.k_scale;
+  p.v_scale = c.v_scale;
+  p.kv_format = c.kv_format;
+  p.scale_kind = c.scale_kind;
   Plan plan;
   plan.num_splits = c.num_splits;
   plan.split_kernel = static_cast<SplitKernel>(c.split_kernel);

@@ -9,7 +9,7 @@ extern "C" {
 // One verify-attention call: its buffers, sizes and launch plan (VerifyParams and Plan).
 struct MuseEmuCall {
   const uint16_t* q;
-  const uint16_t* kv;
+  const void* kv;  // bf16 or FP8 (kv_format)
   const int32_t* table;
   const int32_t* seq_lens;
   const int32_t* num_reqs;
@@ -23,6 +23,9 @@ struct MuseEmuCall {
   int split_kernel, merge_warps, merge_by_lane;
   int schedule;  // 0: lockstep, 1: wave-serial
   uint64_t seed;
+  const float* k_scale;  // FP8: [] or [num_blocks, Hkv, 16]; bf16: unread
+  const float* v_scale;
+  int kv_format, scale_kind;  // muse_attn::KvFormat, muse_attn::ScaleKind
 };
 
 const char* muse_emu_target();  // "gfx942" or "gfx950"

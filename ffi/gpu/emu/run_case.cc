@@ -31,16 +31,21 @@ int main(int argc, char** argv) {
   // The header: int64 fields in this order, then the float64 scale.
   enum { kRequests, kTokens, kQHeads, kKvHeads, kHeadDim, kPages, kWindow, kSplits, kNumReqsStatic,
          kSplitKernel, kMergeWarps, kMergeByLane, kSchedule, kSeed, kBlocks, kTableRows, kNumReqs,
-         kFields };
+         kKvFormat, kScaleKind, kFields };
   std::vector<int64_t> h;
   std::vector<double> scale;
-  std::vector<uint16_t> q, kv;
+  std::vector<uint16_t> q;
+  std::vector<uint8_t> kv;
   std::vector<int32_t> table, lens;
+  std::vector<float> k_scale, v_scale;  // each exactly as large as the call's scales
   bool ok = read(f, &h, kFields) && read(f, &scale, 1);
   const int64_t rows = ok ? h[kRequests] * h[kTokens] : 0;
+  const int64_t kv_elems = ok ? h[kBlocks] * h[kKvHeads] * 16 * 2 * h[kHeadDim] : 0;
+  const int64_t scales = ok && h[kScaleKind] == 2 ? h[kBlocks] * h[kKvHeads] * 16 : 1;
   ok = ok && read(f, &q, rows * h[kQHeads] * h[kHeadDim]) &&
-       read(f, &kv, h[kBlocks] * h[kKvHeads] * 16 * 2 * h[kHeadDim]) &&
-       read(f, &table, h[kTableRows] * h[kPages]) && read(f, &lens, h[kTableRows]);
+       read(f, &kv, kv_elems * (h[kKvFormat] == 0 ? 2 : 1)) &&
+       read(f, &table, h[kTableRows] * h[kPages]) && read(f, &lens, h[kTableRows]) &&
+       read(f, &k_scale, scales) && read(f, &v_scale, scales);
   std::fclose(f);
   if (!ok) {
     std::fprintf(stderr, "%s: a short case file\n", argv[1]);
@@ -77,6 +82,10 @@ int main(int argc, char** argv) {
   call.merge_by_lane = static_cast<int>(h[kMergeByLane]);
   call.schedule = static_cast<int>(h[kSchedule]);
   call.seed = static_cast<uint64_t>(h[kSeed]);
+  call.k_scale = k_scale.data();
+  call.v_scale = v_scale.data();
+  call.kv_format = static_cast<int>(h[kKvFormat]);
+  call.scale_kind = static_cast<int>(h[kScaleKind]);
   char error[2048] = "";
   if (muse_emu_verify_attention(&call, error, sizeof error) != 0) {
     std::fprintf(stderr, "%s\n", error);
