@@ -121,18 +121,21 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
       tokens_per_request: NQ, new tokens a request (static, 1..16; Muse Spark verifies 8).
       num_splits: segments a (request, KV head) group's keys are cut into (static; None picks
         one from the shapes and the device).
-      k_scale, v_scale: None with a bf16 cache. With an FP8 cache both are required, float32,
-        both per tensor (shape ``()``, traced: one executable for every value) or both per
-        token (``[num_blocks, Hkv, 16]``: one scale a block, KV head and slot, read only for
-        the keys that are read). Every backend uses ``K = bf16(fp32(k_scale * fp8))`` (and V
-        alike) and from there computes as with a bf16 cache.
+      k_scale, v_scale: None with a bf16 cache. With an FP8 cache both are required, float32
+        arrays (a Python float is refused: pass ``jnp.float32(x)``), both per tensor (shape
+        ``()``, traced: one executable for every value) or both per token (``[num_blocks, Hkv,
+        16]``: one scale a block, KV head and slot, read only for the keys that are read).
+        Every backend uses ``K = bf16(fp32(k_scale * fp8))`` (and V alike) and from there
+        computes as with a bf16 cache. Under tensor parallelism per-token scales are sharded
+        like the cache's heads, per-tensor ones replicated (:mod:`jax_muse_attn.sharding`).
 
     Returns:
       bf16 array of q's shape.
 
     Scores (``scale * log2(e) * q.K``) and ``P.V`` sums must fit float32; a row whose score
     overflows to +inf comes out NaN (README, Semantics). ``jax.vmap`` over a leading batch axis
-    of any argument runs one call of batch x R requests. There is no derivative: ``jax.grad``
+    of any argument (the scales too) runs one call of batch x R requests. There is no
+    derivative (in any argument, the scales too): ``jax.grad``
     and ``jax.jvp`` raise NotImplementedError; :func:`jax_muse_attn.reference.verify_attention`
     is the differentiable form.
     """

@@ -42,7 +42,7 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
 
 def dequantize(x8, scale):
     """The FP8 rule of every backend: bf16(fp32(scale * x8)), both roundings to nearest even.
-    x8: an FP8 array; scale: float32, broadcast against it."""
+    x8: an FP8 array (or its exact float32 values); scale: float32, broadcast against it."""
     return (x8.astype(jnp.float32) * scale).astype(jnp.bfloat16)
 
 
@@ -76,10 +76,14 @@ def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validat
     if s.scale_kind == "none":
         kv = kv.astype(jnp.float32)
     else:
+        # Unread bytes and scales are replaced before the product, so that not even a
+        # derivative (d/dscale is the byte) meets a NaN there.
+        kv = jnp.where(present[:, :, None, None], kv.astype(jnp.float32), 0.0)
         if s.scale_kind == "token":  # the scales of the gathered slots: [R, K, Hkv, 1]
             def gather(x):
                 x = jnp.swapaxes(x[ids], 2, 3)  # [R, npages, 16, Hkv]
-                return x.reshape(s.num_requests, npages * PAGE_SIZE, s.num_kv_heads, 1)
+                x = x.reshape(s.num_requests, npages * PAGE_SIZE, s.num_kv_heads, 1)
+                return jnp.where(present[:, :, None, None], x, 0.0)
             k_scale, v_scale = gather(k_scale), gather(v_scale)
         kv = jnp.concatenate([dequantize(kv[..., : s.head_dim], k_scale),
                               dequantize(kv[..., s.head_dim:], v_scale)], axis=-1)

@@ -306,3 +306,49 @@ def test_cpu_same_bits_whatever_the_thread_count(rng, tmp_path, kv_dtype, scale_
         for i, (w, s) in enumerate(calls):
             np.testing.assert_array_equal(got[str(i)], want[i],
                                           err_msg=f"{threads} threads, window {w}, splits {s}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The handler's own checks of the FFI contract (muse_attn/problem.h check_kv_format), for a
+# custom call made without verify_attention.
+
+
+def _raw_call(c, kv, ks, vs, kv_format, scale_kind):
+    shapes = jax_muse_attn._validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale,
+                                                  window=None, tokens_per_request=c.NQ,
+                                                  **c.scales())
+    plan = _ffi.launch_plan(shapes, _ffi.current_platform(), 2, "")
+    out_types = (jax.ShapeDtypeStruct(c.q.shape, jnp.bfloat16),
+                 jax.ShapeDtypeStruct((shapes.groups, 2, shapes.rows, shapes.head_dim), jnp.bfloat16),
+                 jax.ShapeDtypeStruct((shapes.groups, 2, shapes.rows, 2), jnp.float32))
+    attrs = dict(scale=np.float32(c.scale), window=np.int32(0), tokens_per_request=np.int32(c.NQ),
+                 num_splits=np.int32(2), num_reqs_static=np.int32(-1),
+                 split_kernel=np.int32(_ffi.SPLIT_KERNELS.index(plan["split_kernel"])),
+                 merge_warps=np.int32(plan["merge_warps"]), merge_pdl=np.int32(plan["merge_pdl"]),
+                 merge_by_lane=np.int32(plan["merge_by_lane"]), kv_format=np.int32(kv_format),
+                 scale_kind=np.int32(scale_kind))
+    call = jax.ffi.ffi_call(_ffi.TARGET_NAME, out_types)
+    return jax.block_until_ready(jax.jit(lambda *a: call(*a, **attrs)[0])(
+        c.q, kv, c.bt, c.sl, jnp.int32(c.R), ks, vs))
+
+
+def test_handler_refuses_a_broken_contract(rng):
+    c = make_case(rng, 2, [100, 40], P=12, kv_dtype="float8_e4m3fn", scale_kind="token")
+    kv8, bf16 = c.kv, c.kv.astype(jnp.bfloat16)
+    tok, ten, nb = c.k_scale, jnp.float32(0.05), c.kv.shape[0]
+    bad = [
+        (bf16, ten, ten, 1, 1, "kv_cache's dtype does not match kv_format 1"),
+        (kv8, ten, ten, 0, 0, "kv_cache's dtype does not match kv_format 0"),
+        (kv8, ten, ten, 2, 1, "kv_cache's dtype does not match kv_format 2"),
+        (kv8, ten, ten, 3, 1, "kv_cache's dtype does not match kv_format 3"),
+        (kv8, ten, ten, 1, 0, "scale_kind 0 with kv_format 1"),
+        (bf16, ten, ten, 0, 1, "scale_kind 1 with kv_format 0"),
+        (kv8, ten, ten, 1, 2, r"scales \[\] for scale_kind 2"),
+        (kv8, tok, tok, 1, 1, rf"scales \[{nb}, 2, 16\] for scale_kind 1"),
+        (kv8, tok, tok[:, :1], 1, 2, rf"scales \[{nb}, 1, 16\] for scale_kind 2"),
+    ]
+    for kv, ks, vs, fmt_, kind, match in bad:
+        with pytest.raises(Exception, match=match):
+            _raw_call(c, kv, ks, vs, fmt_, kind)
+    # the same call with a consistent contract runs
+    assert_close(_raw_call(c, kv8, tok, c.v_scale, 1, 2), c.oracle(), q_shape=c.q.shape)

@@ -392,3 +392,46 @@ def test_fp8_derivatives_are_refused(backend, rng, scale_kind, wrt):
     # a call whose inputs carry no tangent runs inside a derivative
     g = jax.grad(lambda x: x * loss(*(jax.lax.stop_gradient(a) for a in args)))(jnp.float32(2.0))
     np.testing.assert_allclose(g, loss(*args), rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale_kind", ["tensor", "token"])
+def test_reference_fp8_gradient(rng, scale_kind):
+    """The reference module with an FP8 cache is differentiable in q and the scales: finite
+    through poisoned unread bytes and scales, exactly zero at every scale that is not read, and
+    along one direction equal to central differences of the float64 oracle (whose K and V are
+    not rounded to bf16: the reference's rounding is differentiated as the identity)."""
+    import oracle
+
+    c = make_case(rng, 3, [40, 3, 70], P=6, Hq=4, Hkv=2, NQ=4, window=16, num_reqs=2,
+                  bad_live=0.2, scale=0.3, kv_dtype="float8_e4m3fn", scale_kind=scale_kind)
+    w = rng.standard_normal(c.q.shape).astype(np.float32)
+
+    def loss(q, ks, vs):
+        out = reference.verify_attention(q, c.kv, c.bt, c.sl, scale=0.3, window=16, num_reqs=2,
+                                         tokens_per_request=4, k_scale=ks, v_scale=vs)
+        return jnp.sum(out.astype(jnp.float32) * w)
+
+    g = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(c.q, c.k_scale, c.v_scale)
+    for x in g:
+        assert np.isfinite(np.asarray(x).astype(np.float32)).all()
+        assert np.abs(np.asarray(x).astype(np.float32)).max() > 0.01
+    ks0, vs0 = (np.where(np.isfinite(s), s, 0.0).astype(np.float64) for s in (c.k_scale_np, c.v_scale_np))
+    dirs = [rng.standard_normal(c.q.shape), rng.standard_normal(ks0.shape) * ks0,
+            rng.standard_normal(vs0.shape) * vs0]
+    if scale_kind == "token":
+        unread = ~np.broadcast_to(c.readable[:, None, :], ks0.shape)
+        assert not np.asarray(g[1])[unread].any() and not np.asarray(g[2])[unread].any()
+        for d in dirs[1:]:
+            d[unread] = 0.0  # a step there would move NaN scales
+    f = lambda q, ks, vs: np.sum(w * oracle.verify_attention(  # noqa: E731
+        q, c.kv_np, c.bt_np, c.sl_np, scale=0.3, window=16, num_reqs=2, tokens_per_request=4,
+        k_scale=np.where(np.isfinite(c.k_scale_np), ks, c.k_scale_np),
+        v_scale=np.where(np.isfinite(c.v_scale_np), vs, c.v_scale_np)))
+    x0 = (c.q_np.astype(np.float64), ks0, vs0)
+    eps = 1e-4
+    for i, d in enumerate(dirs):
+        plus = [x + eps * d if j == i else x for j, x in enumerate(x0)]
+        minus = [x - eps * d if j == i else x for j, x in enumerate(x0)]
+        fd = (f(*plus) - f(*minus)) / (2 * eps)
+        got = np.sum(np.asarray(g[i]).astype(np.float64) * d)
+        np.testing.assert_allclose(got, fd, rtol=3e-2, atol=3e-2, err_msg=f"argument {i}")
