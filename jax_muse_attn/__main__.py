@@ -180,10 +180,11 @@ def main(argv=None) -> int:
     scale = args.head_dim ** -0.5
     kv_text, scales, cache = "bf16", {}, kv_np
     if args.kv_dtype == "fp8":
-        kind = args.kv_scales or "tensor"
-        kv8, k_scale, v_scale = quantize_fp8(kv_np, kind)
-        kv_text = f"{FP8_DTYPE}, per-{kind} scales"
-        kv, scales = jnp.asarray(kv8), dict(k_scale=jnp.asarray(k_scale), v_scale=jnp.asarray(v_scale))
+        scale_kind = args.kv_scales or "tensor"
+        kv8, k_scale, v_scale = quantize_fp8(kv_np, scale_kind)
+        kv_text = f"{FP8_DTYPE}, per-{scale_kind} scales"
+        kv = jnp.asarray(kv8)
+        scales = dict(k_scale=jnp.asarray(k_scale), v_scale=jnp.asarray(v_scale))
         cache = dequantize_fp8(kv8, k_scale, v_scale)
     print(f"R={args.requests} context={args.context} heads={args.q_heads}/{args.kv_heads} "
           f"D={args.head_dim} kv {kv_text}; checked against float64 numpy, "
@@ -207,8 +208,8 @@ def main(argv=None) -> int:
             times.append(time.perf_counter() - t0)
         status = "OK" if not bad.any() else f"FAIL ({int(bad.sum())} of {bad.size} out of tolerance)"
         ok &= not bad.any()
-        print(f"{name:8s} max|err| {np.max(err):.3e} ({np.max(err / (ATOL + RTOL * np.abs(want))):.2f} of "
-              f"the tolerance)  median {np.median(times) * 1e6:9.1f} us/call "
+        share = np.max(err / (ATOL + RTOL * np.abs(want)))
+        print(f"{name:8s} max|err| {np.max(err):.3e} ({share:.2f} of the tolerance)  median {np.median(times) * 1e6:9.1f} us/call "
               f"(wall, {args.repeats} calls)  {status}")
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1

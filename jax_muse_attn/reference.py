@@ -46,8 +46,8 @@ def dequantize(x8, scale):
     return (x8.astype(jnp.float32) * scale).astype(jnp.bfloat16)
 
 
-def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validate.Shapes, scale: float,
-               k_scale=None, v_scale=None):
+def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validate.Shapes,
+               scale: float, k_scale=None, v_scale=None):
     s = shapes
     r_idx = jnp.arange(s.num_requests)
     real = r_idx < jnp.clip(num_reqs, 0, s.num_requests)
