@@ -19,7 +19,9 @@ arguments and their PartitionSpecs, anything else:
 - KV heads not divisible by the product of the mesh axes sharding them,
 - any sharding of q's token axis or D, of the cache's blocks/slots/features, or of
   block_table / seq_lens / num_reqs (data parallelism over requests is not supported by the
-  rules: shard_map over the 'dp' axis, see jax_muse_attn.sharding).
+  rules: shard_map over the 'dp' axis, see jax_muse_attn.sharding),
+- FP8 per-token scales ([num_blocks, Hkv, 16]) whose heads (dim 1) are not sharded as the
+  cache's, or whose blocks or slots are sharded (per-tensor scales are scalars: replicated).
 
 A fully replicated call (or a single device) runs the kernel unpartitioned.
 """
@@ -34,7 +36,7 @@ from jax.sharding import NamedSharding
 
 from jax_muse_attn import _validate
 
-ARG_NAMES = ("q", "kv_cache", "block_table", "seq_lens", "num_reqs")
+ARG_NAMES = ("q", "kv_cache", "block_table", "seq_lens", "num_reqs", "k_scale", "v_scale")
 
 
 def local_shapes(shapes: _validate.Shapes, q_shape, kv_shape) -> _validate.Shapes:
@@ -63,26 +65,35 @@ def _fmt(spec) -> str:
                            for a in spec) + ")"
 
 
+def _present(arg_shapes):
+    """(name, operand) of the operands the call has (a bf16 call has no scales)."""
+    return [(n, a) for n, a in zip(ARG_NAMES, arg_shapes) if a is not None]
+
+
 def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ...]:
-    """Mesh axes that shard the heads (possibly ()), after checking every operand's sharding."""
+    """Mesh axes that shard the heads (possibly ()), after checking every operand's sharding.
+    arg_shapes: q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale (None for a bf16
+    call's scales)."""
+    present = _present(arg_shapes)
+    arg_shapes = [a for _, a in present]
     if not all(isinstance(a.sharding, NamedSharding) or a.sharding.is_fully_replicated
                for a in arg_shapes):
         # No mesh axes to name (e.g. inside a partially manual shard_map): check by the shards.
-        _check_by_indices(shapes, arg_shapes)
+        _check_by_indices(shapes, present)
         return ()
     specs = []
     for a in arg_shapes:
         sh = a.sharding
         specs.append(_spec(sh, len(a.shape)) if isinstance(sh, NamedSharding)
                      else ((),) * len(a.shape))
-    q_spec, kv_spec, bt_spec, sl_spec, nr_spec = specs
-    all_specs = "; ".join(f"{n} {_fmt(s)}" for n, s in zip(ARG_NAMES, specs))
+    q_spec, kv_spec, bt_spec, sl_spec, nr_spec = specs[:5]
+    all_specs = "; ".join(f"{n} {_fmt(s)}" for (n, _), s in zip(present, specs))
 
     def refuse(what):
         raise ValueError(
             f"verify_attention: unsupported sharding: {what}. Supported: heads sharded on the "
-            f"same mesh axes for q (dim 1) and kv_cache (dim 1), everything else replicated "
-            f"(see jax_muse_attn.sharding.tp_specs). Got: {all_specs}")
+            f"same mesh axes for q (dim 1), kv_cache (dim 1) and FP8 per-token scales (dim 1), "
+            f"everything else replicated (see jax_muse_attn.sharding.tp_specs). Got: {all_specs}")
 
     if q_spec[0]:
         refuse(f"q's token axis (dim 0) is sharded on {q_spec[0]}; data parallelism over "
@@ -100,6 +111,15 @@ def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ..
         refuse(f"q's heads (dim 1) are sharded on {heads or 'nothing'} but kv_cache's heads "
                f"(dim 1) on {kv_spec[1] or 'nothing'}; they must be sharded on the same mesh "
                "axes (a replicated cache would be sliced or gathered, never silently)")
+    for (name, _), spec in zip(present[5:], specs[5:]):
+        if not spec:  # a per-tensor scale: a scalar, replicated
+            continue
+        for d, what in ((0, "blocks"), (2, "slots")):
+            if spec[d]:
+                refuse(f"{name}'s {what} axis (dim {d}) is sharded on {spec[d]}")
+        if spec[1] != heads:
+            refuse(f"{name}'s heads (dim 1) are sharded on {spec[1] or 'nothing'} but kv_cache's "
+                   f"on {heads or 'nothing'}; per-token scales must be sharded like the cache")
     n = 1
     for ax in heads:
         n *= mesh.shape[ax]
@@ -109,14 +129,17 @@ def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ..
     return heads
 
 
-def _check_by_indices(shapes: _validate.Shapes, arg_shapes) -> None:
+def _check_by_indices(shapes: _validate.Shapes, present) -> None:
     """The same rules as check_shardings, from the HLO shardings' tilings (shardings with no
-    mesh axis names, e.g. inside a partially manual shard_map)."""
+    mesh axis names, e.g. inside a partially manual shard_map). present: (name, operand)."""
+    names = [n for n, _ in present]
+    arg_shapes = [a for _, a in present]
+
     def refuse(what):
         raise ValueError(
             f"verify_attention: unsupported sharding: {what}. Supported: heads sharded alike for "
-            f"q (dim 1) and kv_cache (dim 1), everything else replicated. Got: "
-            + "; ".join(f"{n} {a.sharding}" for n, a in zip(ARG_NAMES, arg_shapes)))
+            f"q (dim 1), kv_cache (dim 1) and FP8 per-token scales (dim 1), everything else "
+            f"replicated. Got: " + "; ".join(f"{n} {a.sharding}" for n, a in present))
 
     hlo = [a.sharding._to_xla_hlo_sharding(len(a.shape)) for a in arg_shapes]
     tiles = []
@@ -135,28 +158,35 @@ def _check_by_indices(shapes: _validate.Shapes, arg_shapes) -> None:
         refuse("q's and kv_cache's heads are not sharded alike")
     if shapes.num_kv_heads % kv_t[1]:
         refuse(f"the {shapes.num_kv_heads} KV heads do not divide into {kv_t[1]} shards")
-    for name, t in zip(ARG_NAMES[2:], tiles[2:]):
+    for name, t in zip(names[2:5], tiles[2:5]):
         if any(x != 1 for x in t):
             refuse(f"{name} is sharded; it must be replicated")
+    for name, h, t in zip(names[5:], hlo[5:], tiles[5:]):
+        if t and (t[0] != 1 or t[2] != 1 or t[1] != kv_t[1] or (t[1] > 1 and list(
+                h.tile_assignment_devices()) != list(hlo[1].tile_assignment_devices()))):
+            refuse(f"{name} is not sharded like kv_cache's heads")
 
 
 def _rule(shapes: _validate.Shapes, *_, **__):
-    """Shardy rule: q head = compound (KV head k, group g); only heads may be sharded."""
+    """Shardy rule: q head = compound (KV head k, group g); only heads may be sharded. FP8
+    scales: per token [blocks, KV head, slot] like the cache, per tensor scalars."""
     g = shapes.qpk
     q = "n (k g) d" if shapes.q_rank == 3 else "n (k g d)"
-    rule = f"{q}, b k s e, r p, l, -> {q}"
+    scales = {"none": "", "tensor": ", , ", "token": ", b k s, b k s"}[shapes.scale_kind]
+    rule = f"{q}, b k s e, r p, l, {scales} -> {q}"
     sizes = {"g": g} if shapes.q_rank == 3 else {"g": g, "d": shapes.head_dim}
     return rule, sizes
 
 
 @functools.lru_cache(maxsize=None)
 def _wrapper(kernel):
-    """The custom_partitioning wrapper of kernel(q, kv, bt, sl, nr, shapes, *static) -> out."""
+    """The custom_partitioning wrapper of kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=ks,
+    v_scale=vs) -> out; ks, vs: None (a bf16 call: no operands) or the FP8 scales."""
 
-    def fn(q, kv, bt, sl, nr, shapes, static):
-        return kernel(q, kv, bt, sl, nr, shapes, *static)
+    def fn(q, kv, bt, sl, nr, ks, vs, shapes, static):
+        return kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=ks, v_scale=vs)
 
-    cp = custom_partitioning(fn, static_argnums=(5, 6))
+    cp = custom_partitioning(fn, static_argnums=(7, 8))
 
     def infer(shapes, static, mesh, arg_shapes, result_shape):
         del shapes, static, mesh, result_shape
@@ -169,13 +199,13 @@ def _wrapper(kernel):
     def partition(shapes, static, mesh, arg_shapes, result_shape):
         del result_shape
         check_shardings(shapes, mesh, arg_shapes)
-        arg_shardings = tuple(a.sharding for a in arg_shapes)
+        arg_shardings = tuple(None if a is None else a.sharding for a in arg_shapes)
         local_q = arg_shardings[0].shard_shape(arg_shapes[0].shape)
         local_kv = arg_shardings[1].shard_shape(arg_shapes[1].shape)
         local = local_shapes(shapes, local_q, local_kv)
 
-        def lower_fn(q, kv, bt, sl, nr):
-            return kernel(q, kv, bt, sl, nr, local, *static)
+        def lower_fn(q, kv, bt, sl, nr, ks, vs):
+            return kernel(q, kv, bt, sl, nr, local, *static, k_scale=ks, v_scale=vs)
 
         return mesh, lower_fn, arg_shardings[0], arg_shardings
 
@@ -184,10 +214,14 @@ def _wrapper(kernel):
     return cp
 
 
-def partitioned(kernel, q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, static=()):
-    """kernel(q, kv, bt, sl, nr, shapes, *static) under the TP partitioning rules.
+def partitioned(kernel, q, kv_cache, block_table, seq_lens, num_reqs, k_scale=None, v_scale=None,
+                *, shapes, static=()):
+    """kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=, v_scale=) under the TP partitioning
+    rules.
 
     kernel must be a module-level function (it keys a cache) that computes the output of q's
     shape from operands of the given (global or per-shard) shapes; static: hashable extras.
+    k_scale, v_scale: None (bf16: the call has five operands, as before FP8) or FP8 scales.
     """
-    return _wrapper(kernel)(q, kv_cache, block_table, seq_lens, num_reqs, shapes, tuple(static))
+    return _wrapper(kernel)(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
+                            shapes, tuple(static))

@@ -19,6 +19,9 @@ import numpy as np
 PAGE_SIZE = 16  # keys a KV-cache block
 TILE_KEYS = 64  # keys a tile of the split scheme
 SUPPORTED_HEAD_DIMS = (64, 128)
+# The cache dtypes. Every backend reads both FP8 formats on every target (the kernels decode
+# them in software), so none is refused by platform.
+KV_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz")
 MAX_TOKENS_PER_REQUEST = 16
 INT32_MAX = 2**31 - 1
 LOG2E = np.float32(1.4426950408889634)  # the kernels' kLog2e (ffi/muse_attn/softmax_state.h)
@@ -54,6 +57,8 @@ class Shapes:
     pages: int  # block-table width P
     window: int  # 0: full attention
     q_rank: int  # 2 ([NQ*R, Hq*D]) or 3 ([NQ*R, Hq, D])
+    kv_dtype: str = "bfloat16"  # a name of KV_DTYPES
+    scale_kind: str = "none"  # FP8 scales: "tensor" ([]) or "token" ([num_blocks, Hkv, 16])
 
     @property
     def qpk(self) -> int:
@@ -91,6 +96,12 @@ def _dtype_name(x) -> str:
     return str(getattr(x, "dtype", type(x).__name__))
 
 
+def _describe(x) -> str:
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return f"a {_dtype_name(x)} array of shape {tuple(x.shape)}"
+    return f"{type(x).__name__} {x!r}"
+
+
 def _check_array(name: str, x, dtype, ranks: tuple[int, ...]) -> None:
     if not hasattr(x, "shape") or not hasattr(x, "dtype"):
         _fail(TypeError, name, "an array", type(x).__name__)
@@ -125,11 +136,48 @@ def check_static(scale, window, tokens_per_request) -> tuple[float, int]:
     return float(scale), int(window or 0)
 
 
-def check_inputs(q, kv_cache, block_table, seq_lens, *, scale, window, tokens_per_request) -> Shapes:
+def _kv_dtype(kv_cache) -> str:
+    if not hasattr(kv_cache, "shape") or not hasattr(kv_cache, "dtype"):
+        _fail(TypeError, "kv_cache", "an array", type(kv_cache).__name__)
+    name = _dtype_name(kv_cache)
+    if name not in KV_DTYPES:
+        _fail(TypeError, "kv_cache", f"of dtype {' / '.join(KV_DTYPES)}", _dtype_name(kv_cache))
+    return name
+
+
+def _check_scales(kv_dtype: str, k_scale, v_scale, blocks: int, hkv: int) -> str:
+    """The FP8 scales against the cache: both None with bf16; with FP8 both float32, both of
+    shape () (per tensor) or both [num_blocks, Hkv, 16] (per token). Returns the scale kind."""
+    if kv_dtype == "bfloat16":
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is not None:
+                _fail(TypeError, name, "None with a bfloat16 kv_cache (scales belong to an FP8 "
+                      "cache)", _describe(s))
+        return "none"
+    per_token = (blocks, hkv, PAGE_SIZE)
+    kinds = []
+    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if s is None:
+            _fail(TypeError, name, f"a float32 array with a {kv_dtype} kv_cache: shape () per "
+                  f"tensor or {per_token} per (block, KV head, slot)", "None")
+        _check_array(name, s, jnp.float32, (0, 3))
+        if s.ndim == 3 and tuple(s.shape) != per_token:
+            _fail(ValueError, name, f"shape () per tensor or {per_token} per (block, KV head, "
+                  "slot) of kv_cache [num_blocks, Hkv, 16, 2*D]", f"shape {tuple(s.shape)}")
+        kinds.append("tensor" if s.ndim == 0 else "token")
+    if kinds[0] != kinds[1]:
+        _fail(ValueError, "k_scale and v_scale", "of one kind (both shape () or both "
+              f"{per_token})", f"shapes {tuple(k_scale.shape)} and {tuple(v_scale.shape)}")
+    return kinds[0]
+
+
+def check_inputs(q, kv_cache, block_table, seq_lens, *, scale, window, tokens_per_request,
+                 k_scale=None, v_scale=None) -> Shapes:
     """Checks shapes and dtypes; returns the static sizes of the call."""
     _, win = check_static(scale, window, tokens_per_request)
     _check_array("q", q, jnp.bfloat16, (2, 3))
-    _check_array("kv_cache", kv_cache, jnp.bfloat16, (4,))
+    kv_dtype = _kv_dtype(kv_cache)
+    _check_array("kv_cache", kv_cache, kv_cache.dtype, (4,))
     _check_array("block_table", block_table, jnp.int32, (2,))
     _check_array("seq_lens", seq_lens, jnp.int32, (1,))
 
@@ -171,11 +219,13 @@ def check_inputs(q, kv_cache, block_table, seq_lens, *, scale, window, tokens_pe
               f"shape {tuple(block_table.shape)}")
     if seq_lens.shape[0] < r:
         _fail(ValueError, "seq_lens.shape[0]", f">= {r} (one per request of q)", f"shape {tuple(seq_lens.shape)}")
+    scale_kind = _check_scales(kv_dtype, k_scale, v_scale, blocks, hkv)
     # A window of at least 16 * pages keys hides no key from any token: pass the smallest such
     # window on, so that no backend computes qpos - window near the int32 limit.
     win = min(win, pages * PAGE_SIZE)
     return Shapes(num_requests=r, tokens=nq, num_q_heads=hq, num_kv_heads=hkv, head_dim=d,
-                  num_blocks=blocks, pages=pages, window=win, q_rank=q.ndim)
+                  num_blocks=blocks, pages=pages, window=win, q_rank=q.ndim, kv_dtype=kv_dtype,
+                  scale_kind=scale_kind)
 
 
 def static_num_reqs(num_reqs, num_requests: int) -> int:

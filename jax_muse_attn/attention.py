@@ -26,18 +26,23 @@ def _launch_overrides() -> str:
 
 def _static_shapes(q, kv_cache, block_table, window, tokens_per_request):
     """The checked shapes of a call from q, kv_cache and block_table alone (seq_lens follows the
-    block table's rows), as verify_attention checks them."""
+    block table's rows; an FP8 cache is taken with per-tensor scales, which the plan does not
+    depend on), as verify_attention checks them."""
     table_shape = tuple(getattr(block_table, "shape", ()))  # checked below, before seq_lens
     seq_lens = jax.ShapeDtypeStruct(table_shape[:1] or (0,), jnp.int32)
+    fp8 = str(getattr(kv_cache, "dtype", "")) in _validate.KV_DTYPES[1:]
+    scale = jax.ShapeDtypeStruct((), jnp.float32) if fp8 else None
     return _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=1.0, window=window,
-                                  tokens_per_request=tokens_per_request)
+                                  tokens_per_request=tokens_per_request, k_scale=scale,
+                                  v_scale=scale)
 
 
 def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, num_splits=None):
     """How a call of these shapes is launched on the current device; nothing runs.
 
     Shapes only: arrays or ``jax.ShapeDtypeStruct`` as ``verify_attention`` takes them (under
-    tensor parallelism, one device's shard: its heads). Returns a dict: ``num_splits`` (segments
+    tensor parallelism, one device's shard: its heads); kv_cache may be bf16 or FP8, the scales
+    are not needed. Returns a dict: ``num_splits`` (segments
     a (request, KV head) group's keys are cut into: as ``verify_attention`` picks it, or the one
     given), ``split_kernel`` ("per_tile", "two_tile", "fill_ring", "pingpong" or
     "pingpong_two_pairs"; README, Performance), ``merge_warps`` (warps a row in the merge),
@@ -90,13 +95,17 @@ def resolve_backend(backend: str) -> tuple[str, str]:
 
 
 def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, num_reqs=None,
-                     backend="auto", tokens_per_request=8, num_splits=None):
+                     backend="auto", tokens_per_request=8, num_splits=None, k_scale=None,
+                     v_scale=None):
     """Speculative-decoding verify attention over a paged KV cache (one TP rank, one layer).
 
     Args:
       q: bf16 ``[NQ*R, Hq, D]`` or ``[NQ*R, Hq*D]``, not yet scaled; row ``NQ*r + t`` is token
         ``t`` of request ``r``.
-      kv_cache: bf16 ``[num_blocks, Hkv, 16, 2*D]``: key ``[..., :D]`` and value ``[..., D:]``.
+      kv_cache: ``[num_blocks, Hkv, 16, 2*D]``: key ``[..., :D]`` and value ``[..., D:]``; bf16,
+        or FP8 (``float8_e4m3fn``, OCP, or ``float8_e4m3fnuz``, the gfx942 variant) with
+        ``k_scale`` / ``v_scale``. Both FP8 formats are read on every platform (the kernels
+        decode them in software): none is refused for the device it runs on.
       block_table: int32 ``[>= R, P]``: key ``k`` of request ``r`` is in block
         ``block_table[r, k // 16]``, slot ``k % 16``.
       seq_lens: int32 ``[>= R]``: keys of each request, including its NQ new tokens.
@@ -112,29 +121,39 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
       tokens_per_request: NQ, new tokens a request (static, 1..16; Muse Spark verifies 8).
       num_splits: segments a (request, KV head) group's keys are cut into (static; None picks
         one from the shapes and the device).
+      k_scale, v_scale: None with a bf16 cache. With an FP8 cache both are required, float32
+        arrays (a Python float is refused: pass ``jnp.float32(x)``), both per tensor (shape
+        ``()``, traced: one executable for every value) or both per token (``[num_blocks, Hkv,
+        16]``: one scale a block, KV head and slot, read only for the keys that are read).
+        Every backend uses ``K = bf16(fp32(k_scale * fp8))`` (and V alike) and from there
+        computes as with a bf16 cache. Under tensor parallelism per-token scales are sharded
+        like the cache's heads, per-tensor ones replicated (:mod:`jax_muse_attn.sharding`).
 
     Returns:
       bf16 array of q's shape.
 
     Scores (``scale * log2(e) * q.K``) and ``P.V`` sums must fit float32; a row whose score
     overflows to +inf comes out NaN (README, Semantics). ``jax.vmap`` over a leading batch axis
-    of any argument runs one call of batch x R requests. There is no derivative: ``jax.grad``
+    of any argument (the scales too) runs one call of batch x R requests. There is no
+    derivative (in any argument, the scales too): ``jax.grad``
     and ``jax.jvp`` raise NotImplementedError; :func:`jax_muse_attn.reference.verify_attention`
     is the differentiable form.
     """
     _validate.check_static(scale, window, tokens_per_request)
     _check_num_splits("verify_attention", num_splits)
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
-                                    tokens_per_request=tokens_per_request)
+                                    tokens_per_request=tokens_per_request, k_scale=k_scale,
+                                    v_scale=v_scale)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
     nr_static = _validate.static_num_reqs(num_reqs, shapes.num_requests)  # -1: traced
     kind, platform = resolve_backend(backend)
     if kind == "reference":
-        return _reference_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
+        return _reference_jit(q, kv_cache, block_table, seq_lens, nr, k_scale, v_scale,
+                              shapes=shapes, scale=float(scale))
     splits = int(num_splits) if num_splits is not None else None  # None: per-shard default
-    return _ffi_jit(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale),
-                    num_splits=splits, num_reqs_static=nr_static, platform=platform,
-                    overrides=_launch_overrides())
+    return _ffi_jit(q, kv_cache, block_table, seq_lens, nr, k_scale, v_scale, shapes=shapes,
+                    scale=float(scale), num_splits=splits, num_reqs_static=nr_static,
+                    platform=platform, overrides=_launch_overrides())
 
 
 # Both backends run through the tensor-parallel partitioning rules of _partitioning: under a
@@ -142,8 +161,10 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
 # default split count recomputed per shard), with no collectives.
 
 
-def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale):
-    return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes, scale=scale)
+def _reference_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, k_scale=None,
+                      v_scale=None):
+    return reference._reference(q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes,
+                                scale=scale, k_scale=k_scale, v_scale=v_scale)
 
 
 # The GPU kernels' grid y is (request, KV head) groups: CUDA and HIP allow at most 65535
@@ -166,41 +187,42 @@ def _check_num_splits(fn, num_splits):
 
 
 def _ffi_kernel(q, kv_cache, block_table, seq_lens, num_reqs, shapes, scale, num_splits, platform,
-                num_reqs_static, overrides):
+                num_reqs_static, overrides, k_scale=None, v_scale=None):
     s = shapes  # global, or one shard's when partitioned
     if platform != "cpu":
         _check_gpu_groups("verify_attention", s)
     plan = _ffi.launch_plan(s, platform, num_splits or 0, overrides)
     q3 = q.reshape(q.shape[0], s.num_q_heads, s.head_dim)
     out = _ffi.call(q3, kv_cache, block_table, seq_lens, num_reqs, shapes=s, scale=scale,
-                    plan=plan, num_reqs_static=num_reqs_static)
+                    plan=plan, num_reqs_static=num_reqs_static, k_scale=k_scale, v_scale=v_scale)
     return out.reshape(q.shape)
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "scale"))
-def _reference_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale):
-    def run(q, kv, bt, sl, nr, shapes, num_reqs_static):
+def _reference_jit(q, kv_cache, block_table, seq_lens, num_reqs, k_scale=None, v_scale=None, *,
+                   shapes, scale):
+    def run(q, kv, bt, sl, nr, ks, vs, shapes, num_reqs_static):
         del num_reqs_static  # the reference reads num_reqs either way
-        return _partitioning.partitioned(_reference_kernel, q, kv, bt, sl, nr, shapes=shapes,
-                                         static=(scale,))
-    return _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes,
-                           num_reqs_static=-1)
+        return _partitioning.partitioned(_reference_kernel, q, kv, bt, sl, nr, ks, vs,
+                                         shapes=shapes, static=(scale,))
+    return _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
+                           shapes=shapes, num_reqs_static=-1)
 
 
 @functools.partial(jax.jit, static_argnames=("shapes", "scale", "num_splits", "num_reqs_static",
                                              "platform", "overrides"))
-def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale, num_splits,
-             num_reqs_static, platform, overrides):
+def _ffi_jit(q, kv_cache, block_table, seq_lens, num_reqs, k_scale=None, v_scale=None, *, shapes,
+             scale, num_splits, num_reqs_static, platform, overrides):
     """num_splits: an int (every shard uses it), or None: each shard's default.
     num_reqs_static: num_reqs when known at trace time (the kernels then skip reading it, one
     dependent memory round trip less at their start), else -1. overrides: MUSE_ATTN_LAUNCH's
     value when traced (it keys the cache)."""
-    def run(q, kv, bt, sl, nr, shapes, num_reqs_static):
+    def run(q, kv, bt, sl, nr, ks, vs, shapes, num_reqs_static):
         return _partitioning.partitioned(
-            _ffi_kernel, q, kv, bt, sl, nr, shapes=shapes,
+            _ffi_kernel, q, kv, bt, sl, nr, ks, vs, shapes=shapes,
             static=(scale, num_splits, platform, num_reqs_static, overrides))
-    return _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, shapes=shapes,
-                           num_reqs_static=num_reqs_static)
+    return _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
+                           shapes=shapes, num_reqs_static=num_reqs_static)
 
 
 # ------------------------------------------------------------------ differentiation and vmap
@@ -220,27 +242,33 @@ def _refuse_derivative(primals, tangents):
     raise NotImplementedError(NOT_DIFFERENTIABLE)
 
 
-def _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, *, shapes, num_reqs_static):
-    """run(q, kv, bt, sl, nr, shapes, num_reqs_static) -> out, refusing derivatives and batching
-    by folding; the forward computation is run itself."""
+def _inference_call(run, q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale, *,
+                    shapes, num_reqs_static):
+    """run(q, kv, bt, sl, nr, ks, vs, shapes, num_reqs_static) -> out, refusing derivatives (with
+    respect to every operand, the scales too) and batching by folding; the forward computation
+    is run itself. ks, vs: None with a bf16 cache."""
     call = jax.custom_jvp(_batchable(run, shapes, num_reqs_static))
     call.defjvp(_refuse_derivative)
-    return call(q, kv_cache, block_table, seq_lens, num_reqs)
+    return call(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale)
 
 
 def _batchable(run, shapes: _validate.Shapes, num_reqs_static: int):
     """run on these shapes, with a jax.vmap rule that folds a leading batch axis into requests."""
 
     @jax.custom_batching.custom_vmap
-    def call(q, kv_cache, block_table, seq_lens, num_reqs):
-        return run(q, kv_cache, block_table, seq_lens, num_reqs, shapes, num_reqs_static)
+    def call(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale):
+        return run(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale, shapes,
+                   num_reqs_static)
 
     @call.def_vmap
-    def fold(size, in_batched, q, kv_cache, block_table, seq_lens, num_reqs):
+    def fold(size, in_batched, q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale):
         args = _fold(shapes, num_reqs_static, size, in_batched, q, kv_cache, block_table,
-                     seq_lens, num_reqs)
-        folded = dataclasses.replace(shapes, num_requests=size * shapes.num_requests,
-                                     num_blocks=args[1].shape[0])
+                     seq_lens, num_reqs, k_scale, v_scale)
+        folded_scales = args[5]
+        folded = dataclasses.replace(
+            shapes, num_requests=size * shapes.num_requests, num_blocks=args[1].shape[0],
+            scale_kind="token" if folded_scales is not None and folded_scales.ndim == 3
+            else shapes.scale_kind)
         # Every folded request is real (padding became requests with no key): a static count,
         # and an outer vmap folds again through this same rule.
         out = _batchable(run, folded, folded.num_requests)(*args)
@@ -250,14 +278,17 @@ def _batchable(run, shapes: _validate.Shapes, num_reqs_static: int):
 
 
 def _fold(s: _validate.Shapes, num_reqs_static, size, in_batched, q, kv_cache, block_table,
-          seq_lens, num_reqs):
+          seq_lens, num_reqs, k_scale, v_scale):
     """The arguments of one call of size * R requests equal to `size` calls (batched arguments
     have the batch axis first; the others are shared by every element). Element b's requests
     are requests b*R .. b*R + R - 1. A batched cache is concatenated along its blocks and each
     element's valid block ids are offset into its own part; an id that is invalid for its own
     cache stays invalid (-1), so no element can read another's blocks. Padding requests
-    (r >= num_reqs) get seq_len 0: no key, nothing read, an exactly zero output row."""
-    q_b, kv_b, bt_b, sl_b, nr_b = in_batched
+    (r >= num_reqs) get seq_len 0: no key, nothing read, an exactly zero output row.
+    FP8 scales: per-token scales are joined along the blocks with their cache; a batched
+    per-tensor scale becomes per-token scales (its value on every slot of its element's
+    blocks); a batched scale of a shared cache folds that cache once an element."""
+    q_b, kv_b, bt_b, sl_b, nr_b, ks_b, vs_b = in_batched
     r, nb = s.num_requests, s.num_blocks
 
     def batch(x, batched):
@@ -266,6 +297,10 @@ def _fold(s: _validate.Shapes, num_reqs_static, size, in_batched, q, kv_cache, b
     q = batch(q, q_b)
     q = q.reshape((size * q.shape[1],) + q.shape[2:])
     bt = batch(block_table[..., :r, :], bt_b)  # [size, R, P]
+    scales_b = bool(ks_b) or bool(vs_b)
+    if k_scale is not None and scales_b and not kv_b:
+        # Each element dequantizes the shared cache with its own scales: fold a copy an element.
+        kv_cache, kv_b = batch(kv_cache, False), True
     if kv_b:
         if size * nb > _validate.INT32_MAX:
             raise ValueError(
@@ -276,9 +311,16 @@ def _fold(s: _validate.Shapes, num_reqs_static, size, in_batched, q, kv_cache, b
         offset = (jnp.arange(size, dtype=jnp.int32) * nb)[:, None, None]
         bt = jnp.where((bt >= 0) & (bt < nb), bt + offset, -1)
         kv_cache = kv_cache.reshape((size * nb,) + kv_cache.shape[2:])
+        if k_scale is not None and (s.scale_kind == "token" or scales_b):
+            def fold_scale(x, batched):  # [size], [size, nb, Hkv, 16] -> [size * nb, Hkv, 16]
+                x = batch(x, batched)
+                x = x.reshape(x.shape + (1,) * (4 - x.ndim))
+                x = jnp.broadcast_to(x, (size, nb, s.num_kv_heads, _validate.PAGE_SIZE))
+                return x.reshape(size * nb, s.num_kv_heads, _validate.PAGE_SIZE)
+            k_scale, v_scale = fold_scale(k_scale, ks_b), fold_scale(v_scale, vs_b)
     sl = batch(seq_lens[..., :r], sl_b)  # [size, R]
     if nr_b or num_reqs_static != r:
         real = jnp.arange(r)[None, :] < jnp.clip(num_reqs, 0, r)[..., None]  # [size or 1, R]
         sl = jnp.where(real, sl, 0)
     return (q, kv_cache, bt.reshape(size * r, bt.shape[-1]), sl.reshape(size * r),
-            jnp.asarray(size * r, jnp.int32))
+            jnp.asarray(size * r, jnp.int32), k_scale, v_scale)

@@ -8,6 +8,10 @@ output. Scores and softmax in float32 in the exp2 domain, as the kernels compute
 float32 (the kernels round P to bf16 first). Outside the fp32 range (a score or a P.V sum that
 overflows) it gives what the kernels give: NaN for a row whose score overflowed to +inf.
 
+An FP8 cache is dequantized by the kernels' rule, K = bf16(fp32(k_scale * k8)) and V alike,
+so its K and V are bitwise the kernels'; per-token scales are gathered through the same masked
+block ids as the cache, and unread ones (NaN or not) are removed by the same selects.
+
 Unlike :func:`jax_muse_attn.verify_attention`, this is plain jnp: differentiable with respect to
 q and kv_cache (``jax.grad``, ``jax.jvp``) and batchable with ``jax.vmap``, but not partitioned
 by the tensor-parallel rules (under a head-sharded mesh XLA partitions it like any jnp code).
@@ -24,16 +28,26 @@ from jax_muse_attn._validate import LOG2E, PAGE_SIZE
 
 
 def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, num_reqs=None,
-                     tokens_per_request=8):
+                     tokens_per_request=8, k_scale=None, v_scale=None):
     """Same contract as :func:`jax_muse_attn.verify_attention`, without ``backend`` and
-    ``num_splits``; differentiable with respect to q and kv_cache."""
+    ``num_splits``; differentiable with respect to q and a bf16 kv_cache (with an FP8 cache:
+    q and the scales)."""
     shapes = _validate.check_inputs(q, kv_cache, block_table, seq_lens, scale=scale, window=window,
-                                    tokens_per_request=tokens_per_request)
+                                    tokens_per_request=tokens_per_request, k_scale=k_scale,
+                                    v_scale=v_scale)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
-    return _reference(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale))
+    return _reference(q, kv_cache, block_table, seq_lens, nr, shapes=shapes, scale=float(scale),
+                      k_scale=k_scale, v_scale=v_scale)
 
 
-def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validate.Shapes, scale: float):
+def dequantize(x8, scale):
+    """The FP8 rule of every backend: bf16(fp32(scale * x8)), both roundings to nearest even.
+    x8: an FP8 array (or its exact float32 values); scale: float32, broadcast against it."""
+    return (x8.astype(jnp.float32) * scale).astype(jnp.bfloat16)
+
+
+def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validate.Shapes,
+               scale: float, k_scale=None, v_scale=None):
     s = shapes
     r_idx = jnp.arange(s.num_requests)
     real = r_idx < jnp.clip(num_reqs, 0, s.num_requests)
@@ -59,7 +73,22 @@ def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validat
     key = key.reshape(s.num_requests, npages * PAGE_SIZE)
     present = present.reshape(s.num_requests, npages * PAGE_SIZE)
     kv = jnp.swapaxes(pages_kv, 2, 3).reshape(s.num_requests, npages * PAGE_SIZE, s.num_kv_heads, 2 * s.head_dim)
-    kv = jnp.where(present[:, :, None, None], kv.astype(jnp.float32), 0.0)
+    if s.scale_kind == "none":
+        kv = kv.astype(jnp.float32)
+    else:
+        # Unread bytes and scales are replaced before the product, so that not even a
+        # derivative (d/dscale is the byte) meets a NaN there.
+        kv = jnp.where(present[:, :, None, None], kv.astype(jnp.float32), 0.0)
+        if s.scale_kind == "token":  # the scales of the gathered slots: [R, K, Hkv, 1]
+            def gather(x):
+                x = jnp.swapaxes(x[ids], 2, 3)  # [R, npages, 16, Hkv]
+                x = x.reshape(s.num_requests, npages * PAGE_SIZE, s.num_kv_heads, 1)
+                return jnp.where(present[:, :, None, None], x, 0.0)
+            k_scale, v_scale = gather(k_scale), gather(v_scale)
+        kv = jnp.concatenate([dequantize(kv[..., : s.head_dim], k_scale),
+                              dequantize(kv[..., s.head_dim:], v_scale)], axis=-1)
+        kv = kv.astype(jnp.float32)
+    kv = jnp.where(present[:, :, None, None], kv, 0.0)
     k, v = kv[..., : s.head_dim], kv[..., s.head_dim:]  # [R, K, Hkv, D]
 
     qf = q.reshape(s.num_requests, s.tokens, s.num_kv_heads, s.qpk, s.head_dim).astype(jnp.float32)

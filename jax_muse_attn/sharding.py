@@ -14,12 +14,15 @@ is sharded like q::
     out = jax.jit(functools.partial(verify_attention, scale=0.125))(q, kv, bt, sl)
 
 Supported: heads sharded on one mesh axis (or a tuple of axes) whose size divides the KV
-heads, q either ``[NQ*R, Hq, D]`` or ``[NQ*R, Hq*D]`` (dim 1 sharded on the same axes). Refused
+heads, q either ``[NQ*R, Hq, D]`` or ``[NQ*R, Hq*D]`` (dim 1 sharded on the same axes). With an
+FP8 cache, per-token scales ``[num_blocks, Hkv, 16]`` shard like the cache's heads (dim 1) and
+per-tensor scales (scalars) are replicated: ``tp_specs(scale_kind=...)``. Refused
 with a ValueError naming the arguments' PartitionSpecs (raised while jit partitions the call, so
 it surfaces from ``.compile()`` / the first call, wrapped in a JaxRuntimeError): q sharded on
 heads but kv_cache not (or on other axes), or the reverse; any sharding of q's token axis, of
-head_dim, of the cache's block/slot/feature axes, of block_table / seq_lens / num_reqs. The
-cache is never gathered or sliced behind your back.
+head_dim, of the cache's block/slot/feature axes, of block_table / seq_lens / num_reqs,
+per-token scales not sharded like the cache's heads. The cache and its scales are never gathered
+or sliced behind your back.
 
 Data parallelism over requests is NOT supported by the partitioning rules (q's token axis must
 be replicated): its per-shard num_reqs and block-table rows would need more than the rules
@@ -49,6 +52,8 @@ class TPSpecs(typing.NamedTuple):
     seq_lens: P
     num_reqs: P
     out: P
+    k_scale: P  # an FP8 cache's scales (tp_specs' scale_kind)
+    v_scale: P
 
 
 class TPShardings(typing.NamedTuple):
@@ -58,24 +63,40 @@ class TPShardings(typing.NamedTuple):
     seq_lens: NamedSharding
     num_reqs: NamedSharding
     out: NamedSharding
+    k_scale: NamedSharding
+    v_scale: NamedSharding
 
 
-def tp_specs(axis="tp", *, q_rank: int = 3) -> TPSpecs:
+SCALE_KINDS = ("tensor", "token")
+
+
+def _scale_spec(axis, scale_kind) -> P:
+    if scale_kind not in SCALE_KINDS:
+        raise ValueError(f"tp_specs: scale_kind must be one of {SCALE_KINDS}, got {scale_kind!r}")
+    return P() if scale_kind == "tensor" else P(None, axis, None)
+
+
+def tp_specs(axis="tp", *, q_rank: int = 3, scale_kind: str = "tensor") -> TPSpecs:
     """PartitionSpecs of a head-sharded call on mesh axis (or tuple of axes) ``axis``.
 
     q_rank: 3 for q ``[NQ*R, Hq, D]``, 2 for ``[NQ*R, Hq*D]`` (out has q's spec either way).
+    scale_kind: the FP8 scales ``k_scale`` / ``v_scale`` (unused with a bf16 cache): "tensor"
+    (scalars, replicated: ``P()``) or "token" (``[num_blocks, Hkv, 16]``, heads sharded like the
+    cache's: ``P(None, axis, None)``).
     """
     if q_rank not in (2, 3):
         raise ValueError(f"tp_specs: q_rank must be 2 or 3, got {q_rank!r}")
     q = P(None, axis, None) if q_rank == 3 else P(None, axis)
+    scale = _scale_spec(axis, scale_kind)
     return TPSpecs(q=q, kv_cache=P(None, axis, None, None), block_table=P(None, None),
-                   seq_lens=P(None), num_reqs=P(), out=q)
+                   seq_lens=P(None), num_reqs=P(), out=q, k_scale=scale, v_scale=scale)
 
 
-def tp_shardings(mesh, axis="tp", *, q_rank: int = 3) -> TPShardings:
+def tp_shardings(mesh, axis="tp", *, q_rank: int = 3, scale_kind: str = "tensor") -> TPShardings:
     """NamedShardings on ``mesh`` of :func:`tp_specs`."""
     _check_axis(mesh, axis)
-    return TPShardings(*(NamedSharding(mesh, s) for s in tp_specs(axis, q_rank=q_rank)))
+    specs = tp_specs(axis, q_rank=q_rank, scale_kind=scale_kind)
+    return TPShardings(*(NamedSharding(mesh, s) for s in specs))
 
 
 def _axis_size(mesh, axis) -> int:
@@ -93,25 +114,29 @@ def _check_axis(mesh, axis) -> None:
 
 
 def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwargs):
-    """A function ``f(q, kv_cache, block_table, seq_lens, num_reqs=None)`` running
-    verify_attention per device under ``jax.shard_map`` over the head axis ``axis``.
+    """A function ``f(q, kv_cache, block_table, seq_lens, num_reqs=None, k_scale=None,
+    v_scale=None)`` running verify_attention per device under ``jax.shard_map`` over the head
+    axis ``axis``.
 
     Each device sees its local heads (``Hq / n`` and ``Hkv / n``) and runs the kernel on them;
-    block_table, seq_lens and num_reqs are replicated, the output is head-sharded like q.
+    block_table, seq_lens and num_reqs are replicated, the output is head-sharded like q. FP8
+    scales: per token (``[num_blocks, Hkv, 16]``) head-sharded like the cache, per tensor
+    (scalars) replicated.
     static_kwargs: verify_attention's keyword arguments (scale, window, backend,
     tokens_per_request, num_splits). Heads that do not divide the axis size are refused with a
     ValueError at trace time. The other mesh axes (if any) see replicated data.
     """
     from jax_muse_attn.attention import verify_attention
 
-    if "num_reqs" in static_kwargs:
-        raise TypeError("verify_attention_shard_map: pass num_reqs to the returned function")
+    for name in ("num_reqs", "k_scale", "v_scale"):
+        if name in static_kwargs:
+            raise TypeError(f"verify_attention_shard_map: pass {name} to the returned function")
     _check_axis(mesh, axis)
     n = _axis_size(mesh, axis)
     specs = tp_specs(axis, q_rank=q_rank)
     per_device = functools.partial(verify_attention, **static_kwargs)
 
-    def f(q, kv_cache, block_table, seq_lens, num_reqs=None):
+    def f(q, kv_cache, block_table, seq_lens, num_reqs=None, k_scale=None, v_scale=None):
         if getattr(q, "ndim", None) != q_rank:
             raise ValueError(f"verify_attention_shard_map: q must be rank {q_rank} (q_rank), "
                              f"got shape {getattr(q, 'shape', None)}")
@@ -121,12 +146,23 @@ def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwa
                              f"into {n} shards of mesh axis {axis!r}")
         args = [q, kv_cache, block_table, seq_lens]
         in_specs = [specs.q, specs.kv_cache, specs.block_table, specs.seq_lens]
-        if num_reqs is None or isinstance(num_reqs, numbers.Integral):  # static: checked per shard
-            body = lambda q, kv, bt, sl: per_device(q, kv, bt, sl, num_reqs=num_reqs)  # noqa: E731
-        else:  # a traced scalar: replicated
-            body = lambda q, kv, bt, sl, nr: per_device(q, kv, bt, sl, num_reqs=nr)  # noqa: E731
+        static_nr = num_reqs is None or isinstance(num_reqs, numbers.Integral)  # checked per shard
+        if not static_nr:  # a traced scalar: replicated
             args.append(num_reqs)
             in_specs.append(specs.num_reqs)
+        scales = {}
+        for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+            if s is not None:  # verify_attention checks them (with the cache) per shard
+                rank = getattr(s, "ndim", None)
+                scales[name] = len(args)
+                args.append(s)
+                in_specs.append(_scale_spec(axis, "token" if rank == 3 else "tensor"))
+
+        def body(q, kv, bt, sl, *rest):
+            nr = num_reqs if static_nr else rest[0]
+            kw = {name: rest[i - 4] for name, i in scales.items()}
+            return per_device(q, kv, bt, sl, num_reqs=nr, **kw)
+
         return jax.shard_map(body, mesh=mesh, in_specs=tuple(in_specs), out_specs=specs.out,
                              check_vma=False)(*args)
 

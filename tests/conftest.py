@@ -5,6 +5,10 @@ shuffled block ids, block-table entries outside each request's live range holdin
 (out of range, negative, huge, or ids of poisoned blocks), and, with poison=True, NaN / +-Inf in
 every cache slot that the spec (README.md, Semantics) says must never be read. Padding requests (>= num_reqs) get
 garbage seq_lens and block-table rows that point at poisoned blocks.
+
+With kv_dtype an FP8 format the cache holds FP8 bytes with K / V scales per tensor or per token
+(scale_kind): unread slots hold FP8 NaN bit patterns or decoys, unread per-token scales NaN / Inf
+/ decoys.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import subprocess
 import sys
 import zlib
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -35,6 +40,15 @@ import jax_muse_attn  # noqa: E402
 
 PAGE = 16
 BACKENDS = ("reference", "ffi")
+FP8_DTYPES = ("float8_e4m3fn", "float8_e4m3fnuz")
+SCALE_KINDS = ("tensor", "token")
+# The FP8 test caches' dequantized values: normal with this standard deviation. The float64
+# oracle does not round K and V to bf16 as every backend does (2^-9 relative each); at standard
+# deviation 1 that alone takes up to the whole tolerance of assert_close (seen: 0.95 of it at one
+# element), at 0.7 up to about half, leaving the kernels' own rounding the room it has with bf16.
+FP8_SIGMA = 0.7
+# Every NaN byte of each format (e4m3fn: S.1111.111; e4m3fnuz: the would-be -0).
+FP8_NAN_BYTES = {"float8_e4m3fn": (0x7F, 0xFF), "float8_e4m3fnuz": (0x80,)}
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
@@ -86,18 +100,30 @@ class Case:
     scale: float
     num_reqs: int
     readable: np.ndarray  # [num_blocks, 16] slots that may be read
+    # FP8: the scales (float32, shape () or [num_blocks, Hkv, 16]); None with a bf16 cache
+    k_scale: jax.Array | None = None
+    v_scale: jax.Array | None = None
+    k_scale_np: np.ndarray | None = None
+    v_scale_np: np.ndarray | None = None
+
+    def scales(self) -> dict:
+        """verify_attention's k_scale / v_scale arguments ({} with a bf16 cache)."""
+        if self.k_scale is None:
+            return {}
+        return {"k_scale": self.k_scale, "v_scale": self.v_scale}
 
     def run(self, backend, num_reqs="default", **kw):
         nr = self.num_reqs if num_reqs == "default" else num_reqs
         return jax_muse_attn.verify_attention(
             self.q, self.kv, self.bt, self.sl, scale=self.scale, window=self.window, num_reqs=nr,
-            backend=backend, tokens_per_request=self.NQ, **kw)
+            backend=backend, tokens_per_request=self.NQ, **self.scales(), **kw)
 
     def oracle(self, num_reqs="default", requests=None):
         nr = self.num_reqs if num_reqs == "default" else num_reqs
         return oracle.verify_attention(
             self.q_np, self.kv_np, self.bt_np, self.sl_np, scale=self.scale, window=self.window,
-            num_reqs=nr, tokens_per_request=self.NQ, requests=requests)
+            num_reqs=nr, tokens_per_request=self.NQ, requests=requests, k_scale=self.k_scale_np,
+            v_scale=self.v_scale_np)
 
 
 def live_range(seq_len, P, NQ, window):
@@ -109,11 +135,12 @@ def live_range(seq_len, P, NQ, window):
 
 def make_case(rng, R, seq_lens, *, P, Hq=16, Hkv=2, D=64, NQ=8, window=None, poison=True,
               num_reqs=None, num_blocks=None, extra_rows=0, bad_live=0.0, q2d=False, scale=None,
-              stale=None):
+              stale=None, kv_dtype="bfloat16", scale_kind="tensor"):
     """One problem. seq_lens: R raw values of the real requests (entries of padding requests,
     r >= num_reqs, are replaced by garbage). bad_live: fraction of live block-table entries
     replaced by out-of-range ids (those keys are absent). stale: a fixed garbage id for every
-    stale entry (default: a random mix)."""
+    stale entry (default: a random mix). kv_dtype: "bfloat16" or one of FP8_DTYPES, with
+    scale_kind "tensor" or "token" (make_fp8_cache)."""
     seq_lens = [int(s) for s in seq_lens]
     assert len(seq_lens) == R
     nr = R if num_reqs is None else int(num_reqs)
@@ -168,17 +195,85 @@ def make_case(rng, R, seq_lens, *, P, Hq=16, Hkv=2, D=64, NQ=8, window=None, poi
     sl = sl.astype(np.int32)
 
     kv = rng.standard_normal((nb, Hkv, PAGE, 2 * D), dtype=np.float32)
-    if poison:
-        kv = poison_slots(rng, kv, ~readable)
-    kv_j = jnp.asarray(kv, jnp.bfloat16)
+    scales = {}
+    if kv_dtype == "bfloat16":
+        if poison:
+            kv = poison_slots(rng, kv, ~readable)
+        kv_j = jnp.asarray(kv, jnp.bfloat16)
+        kv_np = np.asarray(kv_j)
+    else:
+        kv_np, k_scale, v_scale = make_fp8_cache(rng, kv, kv_dtype, scale_kind)
+        if poison:
+            kv_np = poison_fp8_slots(rng, kv_np, ~readable)
+            if scale_kind == "token":
+                k_scale, v_scale = (poison_scales(rng, s, ~readable) for s in (k_scale, v_scale))
+        kv_j = jnp.asarray(kv_np)
+        scales = dict(k_scale=jnp.asarray(k_scale), v_scale=jnp.asarray(v_scale),
+                      k_scale_np=k_scale, v_scale_np=v_scale)
     q = rng.standard_normal((NQ * R, Hq, D), dtype=np.float32)
     if q2d:
         q = q.reshape(NQ * R, Hq * D)
     q_j = jnp.asarray(q, jnp.bfloat16)
     return Case(q=q_j, kv=kv_j, bt=jnp.asarray(bt), sl=jnp.asarray(sl), q_np=np.asarray(q_j),
-                kv_np=np.asarray(kv_j), bt_np=bt, sl_np=sl, R=R, NQ=NQ, P=P, window=window,
+                kv_np=kv_np, bt_np=bt, sl_np=sl, R=R, NQ=NQ, P=P, window=window,
                 scale=float(scale if scale is not None else 1.0 / np.sqrt(D)), num_reqs=nr,
-                readable=readable)
+                readable=readable, **scales)
+
+
+def make_fp8_cache(rng, kv, kv_dtype, scale_kind, sigma=FP8_SIGMA):
+    """An FP8 cache of the values sigma * kv (kv [nb, Hkv, 16, 2D] standard normal), quantized as
+    an engine quantizes: K and V scales log-uniform in [3.5 sigma / max, 0.1] (one pair per
+    tensor, or per (block, KV head, slot)), bytes = fp8(clip(x / scale, +-max)) to nearest even.
+    The bytes span the format from its subnormals up to its max (reached at 3.5 sigma with the
+    smallest scales: 448 for e4m3fn, 240 for e4m3fnuz). Returns (the bytes as an ml_dtypes array,
+    k_scale, v_scale: float32 of shape () or [nb, Hkv, 16])."""
+    dtype = np.dtype(getattr(ml_dtypes, kv_dtype))
+    fmax = float(ml_dtypes.finfo(dtype).max)
+    nb, hkv, page, two_d = kv.shape
+    d = two_d // 2
+    shape = () if scale_kind == "tensor" else (nb, hkv, page)
+    lo, hi = np.log(3.5 * sigma / fmax), np.log(0.1)
+    k_scale, v_scale = (np.exp(rng.uniform(lo, hi, size=shape)).astype(np.float32)
+                        for _ in range(2))
+    out = np.empty(kv.shape, dtype)
+    for part, s in ((slice(0, d), k_scale), (slice(d, None), v_scale)):
+        x = sigma * kv[..., part] / (s if scale_kind == "tensor" else s[..., None])
+        out[..., part] = np.clip(x, -fmax, fmax).astype(dtype)
+    return out, k_scale, v_scale
+
+
+def poison_fp8_slots(rng, kv8, bad_slots):
+    """The FP8 form of poison_slots: every (block, head, slot) of bad_slots [nb, 16] holds, by one
+    kind each, only NaN bytes (the format's NaN patterns), NaN keys with decoy values, or decoys
+    (keys of +-max, which win any softmax they enter; values of +-max)."""
+    kv8 = kv8.copy()
+    nb, hkv, page, two_d = kv8.shape
+    d = two_d // 2
+    raw = kv8.view(np.uint8)
+    idx = np.argwhere(np.broadcast_to(bad_slots[:, None, :], (nb, hkv, page)))
+    if not len(idx):
+        return kv8
+    dtype = kv8.dtype
+    nans = np.array(FP8_NAN_BYTES[dtype.name], np.uint8)
+    fmax = ml_dtypes.finfo(dtype).max
+    decoy = np.array([fmax, -fmax], dtype).view(np.uint8)
+    kind = rng.integers(0, 3, size=len(idx))
+    junk = rng.choice(nans, size=(len(idx), two_d))
+    dec = rng.choice(decoy, size=(len(idx), two_d))
+    junk[kind == 1, d:] = dec[kind == 1, d:]
+    junk[kind == 2] = dec[kind == 2]
+    raw[idx[:, 0], idx[:, 1], idx[:, 2]] = junk
+    return kv8
+
+
+def poison_scales(rng, scale, bad_slots):
+    """Per-token scales [nb, Hkv, 16] with NaN, +-Inf or a decoy (1e30: a read key overflows its
+    scores) at every (block, head, slot) of bad_slots [nb, 16]."""
+    scale = scale.copy()
+    nb, hkv, page = scale.shape
+    bad = np.broadcast_to(bad_slots[:, None, :], (nb, hkv, page))
+    junk = rng.choice(np.array([np.nan, np.inf, -np.inf, 1e30], np.float32), size=scale.shape)
+    return np.where(bad, junk, scale).astype(np.float32)
 
 
 def poison_slots(rng, kv, bad_slots):

@@ -7,6 +7,11 @@ garbage (NaN / Inf) anywhere else cannot reach the result. Rows with no key are 
 
 Vectorized only over the keys of one (request, KV head) and over D; nothing here shares code
 or structure (tiles, segments, online softmax) with the library.
+
+An FP8 cache is dequantized independently of the library's rule: each gathered byte decoded by
+ml_dtypes to float64 and multiplied by its scale in float64, with no rounding to bf16 (the
+tolerance covers the library's bf16 rounding of K and V). Per-token scales are indexed only at
+the slots of present keys, like the cache.
 """
 
 from __future__ import annotations
@@ -21,14 +26,18 @@ def _as_f64(x) -> np.ndarray:
 
 
 def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, num_reqs=None,
-                     tokens_per_request=8, requests=None):
+                     tokens_per_request=8, requests=None, k_scale=None, v_scale=None):
     """float64 array of q's shape.
 
     q, kv_cache, block_table, seq_lens: numpy (or jax) arrays as for the library.
+    k_scale, v_scale: with an FP8 kv_cache, its scales (shape () or [num_blocks, Hkv, 16]).
     requests: optional iterable of request indices to compute (for speed on huge contexts);
     rows of other requests are NaN (never compare them).
     """
     kv = np.asarray(kv_cache)  # kept in its own dtype; only gathered slots are converted
+    fp8 = k_scale is not None
+    if fp8:
+        k_scale, v_scale = np.asarray(k_scale), np.asarray(v_scale)
     bt = np.asarray(block_table).astype(np.int64)
     sl = np.asarray(seq_lens).astype(np.int64)
     num_blocks, hkv, page, two_d = kv.shape
@@ -75,6 +84,10 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
             # Exactly the slots of present keys of this KV head, nothing else.
             k_mat = kv[blocks, g, slots, :d].astype(np.float64)  # [nk, D]
             v_mat = kv[blocks, g, slots, d:].astype(np.float64)  # [nk, D]
+            if fp8:  # scale * value in float64: the scales of these slots only
+                for mat, s in ((k_mat, k_scale), (v_mat, v_scale)):
+                    mat *= (s.astype(np.float64) if s.ndim == 0
+                            else s[blocks, g, slots].astype(np.float64)[:, None])
             for t in visible_tokens:
                 a = np.searchsorted(keys, lo[t], side="left")
                 b = np.searchsorted(keys, qpos[t], side="right")

@@ -54,6 +54,21 @@ def case(R, Hq, Hkv, P_=16, seed=0, q2d=False):
             jnp.asarray(sl))
 
 
+def case8(R, Hq, Hkv, kind, dtype="float8_e4m3fn", seed=0, P_=16):
+    """An FP8 problem: q, kv (FP8 bytes of a standard-normal cache at scales ~0.02), bt, sl and
+    k_scale / v_scale per tensor (shape ()) or per token ([nb, Hkv, 16])."""
+    q, kv, bt, sl = case(R, Hq, Hkv, P_=P_, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    shape = () if kind == "tensor" else kv.shape[:3]
+    ks, vs = (jnp.asarray(rng.uniform(0.01, 0.03, size=shape), jnp.float32) for _ in range(2))
+    f = kv.astype(jnp.float32)
+    sk, sv = (s if kind == "tensor" else s[..., None] for s in (ks, vs))
+    fmax = float(jnp.finfo(jnp.dtype(dtype)).max)  # a conversion past it gives NaN
+    kv8 = jnp.clip(jnp.concatenate([f[..., :D] / sk, f[..., D:] / sv], axis=-1), -fmax, fmax)
+    kv8 = kv8.astype(jnp.dtype(dtype))
+    return q, kv8, bt, sl, ks, vs
+
+
 def mesh_of(n, names=("tp",)):
     devs = np.array(jax.devices()[:n])
     if len(names) == 2:
@@ -131,6 +146,95 @@ for backend in ("reference", "ffi"):
 check("tp8_num_splits3_ffi")(functools.partial(tp_check, "ffi", 8, 128, 16, None, num_splits=3))
 
 
+def custom_call_operand_shapes(txt):
+    """The operand shapes of every verify_attention custom call in compiled HLO text."""
+    types = dict(re.findall(r"(%[\w.\-]+) = (\w+\[[0-9,]*\])", txt))
+    out = []
+    for line in txt.splitlines():
+        if jax_muse_attn.TARGET_NAME in line and "custom-call(" in line:
+            ops = re.sub(r"/\*.*?\*/", "", line.split("custom-call(", 1)[1].split(")", 1)[0])
+            ops = ops.split(", ")
+            shapes = []
+            for op in ops:
+                m = re.match(r"(\w+\[[0-9,]*\])", op.strip())
+                shapes.append(m.group(1) if m else types.get(op.strip().split(" ")[-1], op))
+            out.append(shapes)
+    return out
+
+
+def tp_check_fp8(backend, kind, dtype, tp=8, Hq=128, Hkv=16, window=40, R=2):
+    """TP with an FP8 cache: per-token scales head-sharded like the cache, per-tensor scales
+    replicated; bitwise equal to the unsharded call, no collectives, local shapes at the call."""
+    q, kv, bt, sl, ks, vs = case8(R, Hq, Hkv, kind, dtype, seed=tp + Hq)
+    kw = dict(scale=0.125, window=window, backend=backend)
+    fn = lambda q, kv, bt, sl, nr, ks, vs: jax_muse_attn.verify_attention(  # noqa: E731
+        q, kv, bt, sl, num_reqs=nr, k_scale=ks, v_scale=vs, **kw)
+    args = (q, kv, bt, sl, jnp.int32(R - 1), ks, vs)
+    specs = sharding.tp_specs("tp", scale_kind=kind)
+    ref = jax.jit(fn)(*args)
+    out, txt = sharded_run(fn, mesh_of(tp), args, (specs.q, specs.kv_cache, specs.block_table,
+                                                   specs.seq_lens, specs.num_reqs, specs.k_scale,
+                                                   specs.v_scale), specs.out)
+    bitwise(out, ref)
+    no_collectives(txt)
+    assert not np.asarray(out[NQ * (R - 1):]).astype(np.float32).any()
+    if backend == "ffi":
+        nb = kv.shape[0]
+        scale = "f32[]" if kind == "tensor" else f"f32[{nb},{Hkv // tp},{PAGE}]"
+        want = [f"bf16[{NQ * R},{Hq // tp},{D}]", f"{kv.dtype.name.replace('float8_', 'f8')}"
+                f"[{nb},{Hkv // tp},{PAGE},{2 * D}]", f"s32[{R},16]", f"s32[{R}]", "s32[]", scale,
+                scale]
+        got = custom_call_operand_shapes(txt)
+        assert got and all(g == want for g in got), f"custom-call operands {got}, want {want}"
+        return f"custom call operands {got[0]}"
+    return "ok"
+
+
+for backend in ("reference", "ffi"):
+    check(f"tp8_fp8_tensor_{backend}")(functools.partial(tp_check_fp8, backend, "tensor",
+                                                         "float8_e4m3fn"))
+    check(f"tp8_fp8_token_{backend}")(functools.partial(tp_check_fp8, backend, "token",
+                                                        "float8_e4m3fnuz"))
+    check(f"tp4_fp8_token_full_{backend}")(functools.partial(
+        tp_check_fp8, backend, "token", "float8_e4m3fn", tp=4, Hq=64, Hkv=8, window=None))
+
+
+@check("shard_map_tp8_fp8")
+def _():
+    mesh = mesh_of(8)
+    for backend in ("reference", "ffi"):
+        for kind in ("tensor", "token"):
+            q, kv, bt, sl, ks, vs = case8(2, 128, 16, kind, seed=9)
+            kw = dict(scale=0.125, window=40, backend=backend)
+            f = sharding.verify_attention_shard_map(mesh, "tp", **kw)
+            ref = jax_muse_attn.verify_attention(q, kv, bt, sl, k_scale=ks, v_scale=vs, **kw)
+            sh = sharding.tp_shardings(mesh, scale_kind=kind)
+            args = [jax.device_put(a, s) for a, s in zip(
+                (q, kv, bt, sl, ks, vs), (sh.q, sh.kv_cache, sh.block_table, sh.seq_lens,
+                                          sh.k_scale, sh.v_scale))]
+            jf = jax.jit(lambda q, kv, bt, sl, ks, vs: f(q, kv, bt, sl, k_scale=ks, v_scale=vs))
+            bitwise(jf(*args), ref)
+            no_collectives(jf.lower(*args).compile().as_text())
+
+
+@check("vmap_tp8_fp8")
+def _():
+    # A batch of FP8 caches with per-tensor scales folds into one call with per-token scales,
+    # head-sharded like the cache.
+    mesh = mesh_of(8)
+    cases = [case8(2, 128, 16, "tensor", seed=s) for s in range(2)]
+    q, kv, bt, sl, ks, vs = (jnp.stack(x) for x in zip(*cases))
+    for backend in ("reference", "ffi"):
+        one = lambda q, kv, bt, sl, ks, vs: jax_muse_attn.verify_attention(  # noqa: E731
+            q, kv, bt, sl, scale=0.125, window=40, backend=backend, k_scale=ks, v_scale=vs)
+        ref = jnp.stack([one(*c) for c in cases])
+        out, txt = sharded_run(jax.vmap(one), mesh, (q, kv, bt, sl, ks, vs),
+                               (P(None, None, "tp", None), P(None, None, "tp", None, None), P(),
+                                P(), P(), P()), P(None, None, "tp", None))
+        bitwise(out, ref)
+        no_collectives(txt)
+
+
 @check("default_splits_from_local_shapes")
 def _():
     seen = []
@@ -195,6 +299,25 @@ def _():
         no_collectives(txt)
 
 
+@check("dp2_shard_map_tp4_fp8")
+def _():
+    # The same with FP8 caches: per-token scales head-sharded inside each data-parallel group
+    # (the rules then see HLO tilings, not mesh axes), per-tensor scales replicated.
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("dp", "tp"))
+    for kind in ("tensor", "token"):
+        q, kv, bt, sl, ks, vs = case8(4, 32, 4, kind, seed=4)
+        s_in = P() if kind == "tensor" else P(None, "tp", None)
+        for backend in ("reference", "ffi"):
+            vf = lambda q, kv, bt, sl, ks, vs: jax_muse_attn.verify_attention(  # noqa: E731
+                q, kv, bt, sl, scale=0.125, window=40, backend=backend, k_scale=ks, v_scale=vs)
+            f = jax.shard_map(vf, mesh=mesh, in_specs=(P("dp"), P(), P("dp"), P("dp"), P(), P()),
+                              out_specs=P("dp"), axis_names={"dp"}, check_vma=False)
+            ins = (P("dp", "tp", None), P(None, "tp", None, None), P("dp"), P("dp"), s_in, s_in)
+            out, txt = sharded_run(f, mesh, (q, kv, bt, sl, ks, vs), ins)
+            bitwise(out, vf(q, kv, bt, sl, ks, vs))
+            no_collectives(txt)
+
+
 @check("vmap_tp8")
 def _():
     # jax.vmap folds a batch of caches into one call; the fold keeps the heads sharded.
@@ -223,6 +346,8 @@ def _():
         for backend in ("reference", "ffi"):
             tp_check(backend, 8, 128, 16, 40, traced=True)
             tp_check(backend, 4, 64, 8, None, q2d=True)
+            tp_check_fp8(backend, "token", "float8_e4m3fn")
+            tp_check_fp8(backend, "tensor", "float8_e4m3fnuz", tp=4, Hq=64, Hkv=8)
     finally:
         jax.config.update("jax_use_shardy_partitioner", True)
 
@@ -269,6 +394,23 @@ for backend in ("reference", "ffi"):
                                                            "verify_attention", *needles, **kwargs))
 
 
+def error_check_fp8(backend, scale_spec, *needles, mesh=None):
+    q, kv, bt, sl, ks, vs = case8(2, 128, 16, "token")
+    fn = lambda q, kv, bt, sl, ks, vs: jax_muse_attn.verify_attention(  # noqa: E731
+        q, kv, bt, sl, scale=0.125, backend=backend, k_scale=ks, v_scale=vs)
+    specs = sharding.tp_specs(scale_kind="token")
+    return expect_error(fn, mesh or mesh_of(8), (q, kv, bt, sl, ks, vs),
+                        (specs.q, specs.kv_cache, P(), P(), scale_spec, specs.k_scale), *needles)
+
+
+for backend in ("reference", "ffi"):
+    check(f"error_fp8_scales_replicated_{backend}")(functools.partial(
+        error_check_fp8, backend, P(), "verify_attention", "k_scale's heads", "like the cache"))
+    check(f"error_fp8_scale_slots_sharded_{backend}")(functools.partial(
+        error_check_fp8, backend, P(None, "tp", "b"), "verify_attention", "k_scale's slots",
+        mesh=Mesh(np.array(jax.devices()).reshape(4, 2), ("tp", "b"))))
+
+
 @check("error_indivisible_heads")
 def _():
     # 16 q heads / 2 KV heads on 4 shards: jit refuses the kv_cache sharding itself...
@@ -303,6 +445,15 @@ def _():
     assert s.q == P(None, "tp", None) and s.kv_cache == P(None, "tp", None, None)
     assert s.block_table == P(None, None) and s.seq_lens == P(None) and s.num_reqs == P()
     assert sharding.tp_specs("x", q_rank=2).q == P(None, "x")
+    assert s.k_scale == s.v_scale == P()  # per-tensor scales: replicated
+    t = sharding.tp_specs(scale_kind="token")
+    assert t.k_scale == t.v_scale == P(None, "tp", None) and t[:6] == s[:6]
+    try:
+        sharding.tp_specs(scale_kind="channel")
+    except ValueError as e:
+        assert "scale_kind" in str(e), e
+    else:
+        raise AssertionError("scale_kind 'channel' accepted")
     sh = sharding.tp_shardings(mesh_of(8))
     assert sh.out.spec == s.out and sh.q.mesh.shape["tp"] == 8
     try:

@@ -32,6 +32,18 @@ def test_passes_and_says_what_it_ran(backend):
     assert sum(" OK" in ln and "max|err|" in ln and "us/call" in ln for ln in lines) == 2
 
 
+@pytest.mark.parametrize("backend,scales", [("ffi", "tensor"), ("ffi", "token"),
+                                            ("reference", "token"), ("auto", None)])
+def test_fp8_step_passes_and_says_what_it_ran(backend, scales):
+    extra = ["--kv-scales", scales] if scales else []
+    p = _run(*SMALL, "--backend", backend, "--kv-dtype", "fp8", *extra)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[-1] == "PASS", p.stdout
+    assert f"kv float8_e4m3fn, per-{scales or 'tensor'} scales" in p.stdout
+    assert sum(" OK" in ln and "max|err|" in ln for ln in lines) == 2
+
+
 BAD = [
     (["--requests", "-1"], "--requests"),
     (["--requests", "0"], "--requests"),
@@ -49,6 +61,9 @@ BAD = [
     (["--seed", "-3"], "--seed"),
     (["--backend", "gpu"], "--backend"),
     (["--requests", "100000", "--context", "100000"], "host memory"),
+    (["--kv-dtype", "fp16"], "--kv-dtype"),
+    (["--kv-dtype", "fp8", "--kv-scales", "channel"], "--kv-scales"),
+    (["--kv-scales", "token"], "--kv-scales applies to --kv-dtype fp8, got --kv-dtype bf16"),
 ]
 
 
@@ -72,8 +87,9 @@ def test_bad_options_are_argparse_errors(args, needle, capsys):
     assert needle in err and "error:" in err, err
 
 
+@pytest.mark.parametrize("kv", [[], ["--kv-dtype", "fp8", "--kv-scales", "token"]], ids=["bf16", "fp8"])
 @pytest.mark.parametrize("backend", ["reference", "ffi"])
-def test_check_fails_when_the_backend_is_wrong(backend, monkeypatch, capsys):
+def test_check_fails_when_the_backend_is_wrong(backend, kv, monkeypatch, capsys):
     """The check is independent of both backends: a wrong kernel or a wrong reference makes the
     main job print FAIL and exit 1."""
     import jax
@@ -91,7 +107,7 @@ def test_check_fails_when_the_backend_is_wrong(backend, monkeypatch, capsys):
     attention._ffi_jit.clear_cache()
     jax.clear_caches()
     try:
-        rc = main_job.main(SMALL + ["--backend", backend])
+        rc = main_job.main(SMALL + ["--backend", backend] + kv)
     finally:
         attention._reference_jit.clear_cache()
         attention._ffi_jit.clear_cache()
@@ -112,3 +128,20 @@ def test_expected_output_matches_the_oracle(window):
     want = oracle.verify_attention(q, kv, table, lens, scale=0.3, window=window)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
     assert not got[8:13].any() and got[13].any()
+
+
+@pytest.mark.parametrize("scale_kind", ["tensor", "token"])
+def test_fp8_expected_output_matches_the_oracle(scale_kind):
+    """The FP8 step's float64 check (its own quantization and decoding) against the test suite's
+    oracle on the same bytes and scales."""
+    rng = np.random.default_rng(1)
+    q, kv, table, lens = main_job.build_case(rng, requests=3, context=90, q_heads=4, kv_heads=2,
+                                             head_dim=64)
+    kv8, ks, vs = main_job.quantize_fp8(kv, scale_kind)
+    assert np.abs(kv8.astype(np.float32)).max() == 448.0  # amax / 448: the bytes reach the max
+    assert ks.shape == (() if scale_kind == "tensor" else kv.shape[:3])
+    cache = main_job.dequantize_fp8(kv8, ks, vs)
+    np.testing.assert_allclose(cache, kv, rtol=2.0**-4, atol=np.abs(kv).max() * 2.0**-9)
+    got = main_job.expected_output(q, cache, table, lens, scale=0.3, window=40)
+    want = oracle.verify_attention(q, kv8, table, lens, scale=0.3, window=40, k_scale=ks, v_scale=vs)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

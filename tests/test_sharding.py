@@ -3,7 +3,8 @@
 The checks run in one subprocess (tests/sharding_worker.py), since the host device count
 (XLA_FLAGS) must be set before jax initializes and the rest of the suite already imported it.
 Each test below asserts one of the worker's checks: TP8 (128/16 heads), TP4, TP2, full and SWA,
-traced num_reqs, 2-D q, GSPMD, the shard_map form, jax.vmap, both backends; every sharded result bitwise
+traced num_reqs, 2-D q, GSPMD, the shard_map form, jax.vmap, both backends, FP8 caches with
+per-tensor and per-token scales; every sharded result bitwise
 equal to the unsharded call, no collectives in the compiled HLO, local head counts at the
 custom call; and the refused shardings.
 """
@@ -25,6 +26,12 @@ CHECKS = [
         "tp8_128_16_full", "tp8_128_16_swa_traced", "tp4_128_16_full_traced", "tp4_64_8_swa",
         "tp2_32_4_full", "tp2_32_4_swa_traced", "tp8_q2d")),
     "tp8_num_splits3_ffi",
+    *(f"{c}_{b}" for b in ("reference", "ffi") for c in (
+        "tp8_fp8_tensor", "tp8_fp8_token", "tp4_fp8_token_full", "error_fp8_scales_replicated",
+        "error_fp8_scale_slots_sharded")),
+    "shard_map_tp8_fp8",
+    "dp2_shard_map_tp4_fp8",
+    "vmap_tp8_fp8",
     "default_splits_from_local_shapes",
     "shard_map_tp8",
     "dp2_shard_map_tp4_auto",

@@ -298,3 +298,140 @@ def test_vmap_refuses_caches_past_int32_block_ids():
         f = jax.vmap(functools.partial(jax_muse_attn.verify_attention, scale=0.125, backend=backend))
         with pytest.raises(ValueError, match=r"kv_cache.*2147483647.*got a batch of 2 caches"):
             jax.eval_shape(f, q, kv, bt, sl)
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 caches under the transformations: the scales batch with their cache, derivatives refused.
+
+FP8_FORMATS = [("float8_e4m3fn", "tensor"), ("float8_e4m3fn", "token"),
+               ("float8_e4m3fnuz", "tensor"), ("float8_e4m3fnuz", "token")]
+FP8_IDS = [f"{d[7:]}-{k}" for d, k in FP8_FORMATS]
+
+
+def _batch_fp8(rng, kv_dtype, scale_kind, *, window=None, num_reqs=(R, R, R), poison=True):
+    """B FP8 problems of the same shapes, each with its own cache, scales, table and garbage."""
+    cases = [make_case(rng, R, list(rng.integers(0, PAGE * P + 1, size=R)), P=P, window=window,
+                       num_reqs=n, extra_rows=1, bad_live=0.3, poison=poison, kv_dtype=kv_dtype,
+                       scale_kind=scale_kind)
+             for n in num_reqs]
+    stack = lambda name: jnp.stack([getattr(c, name) for c in cases])  # noqa: E731
+    return cases, tuple(stack(n) for n in ("q", "kv", "bt", "sl", "k_scale", "v_scale"))
+
+
+def _run_fp8(backend, window, q, kv, bt, sl, nr, ks, vs):
+    kw = {} if backend == "reference" else {"num_splits": 2}
+    return jax_muse_attn.verify_attention(q, kv, bt, sl, scale=0.125, window=window, num_reqs=nr,
+                                          backend=backend, k_scale=ks, v_scale=vs, **kw)
+
+
+@pytest.mark.parametrize("fmt", FP8_FORMATS, ids=FP8_IDS)
+def test_vmap_fp8_matches_a_loop(backend, rng, fmt):
+    """Every argument batched, scales too (per-tensor scales batched with their caches become
+    per-token ones): one call equal to the loop and to each element's oracle; a vmap of a vmap
+    folds again."""
+    per = (4, 1, 3)
+    cases, (q, kv, bt, sl, ks, vs) = _batch_fp8(rng, *fmt, window=16, num_reqs=per)
+    nr = jnp.array(per, jnp.int32)
+    run = functools.partial(_run_fp8, backend, 16)
+    loop = jnp.stack([run(q[b], kv[b], bt[b], sl[b], nr[b], ks[b], vs[b]) for b in range(B)])
+    want = [c.oracle() for c in cases]
+    _assert_same(jax.vmap(run)(q, kv, bt, sl, nr, ks, vs), loop, want)
+    _assert_same(jax.jit(jax.vmap(run))(q, kv, bt, sl, nr, ks, vs), loop, want)
+    nested = jax.vmap(jax.vmap(run))(*(x[None] for x in (q, kv, bt, sl, nr, ks, vs)))[0]
+    _assert_same(nested, loop, want)
+
+
+# which of (q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale) carry the batch axis
+FP8_AXES = {
+    "scales_shared": (0, 0, 0, 0, 0, None, None),  # one set of scales for B caches
+    "cache_shared": (0, None, 0, 0, 0, 0, 0),  # B sets of scales of one cache: B caches folded
+    "cache_and_scales_shared": (0, None, 0, 0, 0, None, None),
+    "k_scale_only": (0, 0, 0, 0, 0, 0, None),
+    "tables_only": (None, None, 0, 0, None, None, None),
+}
+
+
+@pytest.mark.parametrize("scale_kind", ["tensor", "token"])
+@pytest.mark.parametrize("axes", list(FP8_AXES))
+def test_vmap_fp8_broadcasts_unbatched_arguments(backend, rng, scale_kind, axes):
+    """Unbatched arguments, scales among them, are shared by every element, as in a loop that
+    passes them each time (no poison: an element reads another's cache or scales at its own
+    slots)."""
+    in_axes = FP8_AXES[axes]
+    cases, (q, kv, bt, sl, ks, vs) = _batch_fp8(rng, "float8_e4m3fn", scale_kind, poison=False)
+    full = (q, kv, bt, sl, jnp.array([4, 1, 3], jnp.int32), ks, vs)
+    args = [x if a == 0 else x[0] for x, a in zip(full, in_axes)]
+    run = functools.partial(_run_fp8, backend, None)
+    out = jax.vmap(run, in_axes=in_axes)(*args)
+    pick = lambda x, a, b: x[b] if a == 0 else x  # noqa: E731
+    loop = jnp.stack([run(*(pick(x, a, b) for x, a in zip(args, in_axes))) for b in range(B)])
+    assert out.shape == (B,) + q.shape[1:]
+    for b in range(B):
+        assert_close(out[b], np.asarray(loop[b]).astype(np.float64), what=f"element {b}")
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(bits(out), bits(loop))
+
+
+@pytest.mark.parametrize("scale_kind", ["tensor", "token"])
+@pytest.mark.parametrize("wrt", ["q", "k_scale", "v_scale", "q_jvp"])
+def test_fp8_derivatives_are_refused(backend, rng, scale_kind, wrt):
+    c = make_case(rng, R, [100, 9, 0, 191], P=P, kv_dtype="float8_e4m3fn", scale_kind=scale_kind)
+
+    def loss(q, ks, vs):
+        out = jax_muse_attn.verify_attention(q, c.kv, c.bt, c.sl, scale=0.125, backend=backend,
+                                             k_scale=ks, v_scale=vs)
+        return jnp.sum(out.astype(jnp.float32))
+
+    args = (c.q, c.k_scale, c.v_scale)
+    with pytest.raises(NotImplementedError, match="inference kernel") as e:
+        if wrt == "q_jvp":
+            jax.jvp(loss, args, tuple(jnp.ones_like(a) for a in args))
+        else:
+            jax.grad(loss, argnums=("q", "k_scale", "v_scale").index(wrt))(*args)
+    assert "jax_muse_attn.reference.verify_attention" in str(e.value)
+    # a call whose inputs carry no tangent runs inside a derivative
+    g = jax.grad(lambda x: x * loss(*(jax.lax.stop_gradient(a) for a in args)))(jnp.float32(2.0))
+    np.testing.assert_allclose(g, loss(*args), rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale_kind", ["tensor", "token"])
+def test_reference_fp8_gradient(rng, scale_kind):
+    """The reference module with an FP8 cache is differentiable in q and the scales: finite
+    through poisoned unread bytes and scales, exactly zero at every scale that is not read, and
+    along one direction equal to central differences of the float64 oracle (whose K and V are
+    not rounded to bf16: the reference's rounding is differentiated as the identity)."""
+    import oracle
+
+    c = make_case(rng, 3, [40, 3, 70], P=6, Hq=4, Hkv=2, NQ=4, window=16, num_reqs=2,
+                  bad_live=0.2, scale=0.3, kv_dtype="float8_e4m3fn", scale_kind=scale_kind)
+    w = rng.standard_normal(c.q.shape).astype(np.float32)
+
+    def loss(q, ks, vs):
+        out = reference.verify_attention(q, c.kv, c.bt, c.sl, scale=0.3, window=16, num_reqs=2,
+                                         tokens_per_request=4, k_scale=ks, v_scale=vs)
+        return jnp.sum(out.astype(jnp.float32) * w)
+
+    g = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))(c.q, c.k_scale, c.v_scale)
+    for x in g:
+        assert np.isfinite(np.asarray(x).astype(np.float32)).all()
+        assert np.abs(np.asarray(x).astype(np.float32)).max() > 0.01
+    ks0, vs0 = (np.where(np.isfinite(s), s, 0.0).astype(np.float64) for s in (c.k_scale_np, c.v_scale_np))
+    dirs = [rng.standard_normal(c.q.shape), rng.standard_normal(ks0.shape) * ks0,
+            rng.standard_normal(vs0.shape) * vs0]
+    if scale_kind == "token":
+        unread = ~np.broadcast_to(c.readable[:, None, :], ks0.shape)
+        assert not np.asarray(g[1])[unread].any() and not np.asarray(g[2])[unread].any()
+        for d in dirs[1:]:
+            d[unread] = 0.0  # a step there would move NaN scales
+    f = lambda q, ks, vs: np.sum(w * oracle.verify_attention(  # noqa: E731
+        q, c.kv_np, c.bt_np, c.sl_np, scale=0.3, window=16, num_reqs=2, tokens_per_request=4,
+        k_scale=np.where(np.isfinite(c.k_scale_np), ks, c.k_scale_np),
+        v_scale=np.where(np.isfinite(c.v_scale_np), vs, c.v_scale_np)))
+    x0 = (c.q_np.astype(np.float64), ks0, vs0)
+    eps = 1e-4
+    for i, d in enumerate(dirs):
+        plus = [x + eps * d if j == i else x for j, x in enumerate(x0)]
+        minus = [x - eps * d if j == i else x for j, x in enumerate(x0)]
+        fd = (f(*plus) - f(*minus)) / (2 * eps)
+        got = np.sum(np.asarray(g[i]).astype(np.float64) * d)
+        np.testing.assert_allclose(got, fd, rtol=3e-2, atol=3e-2, err_msg=f"argument {i}")

@@ -368,3 +368,104 @@ def test_num_reqs_numpy_array_past_int32_is_clamped(backend):
         np.testing.assert_array_equal(bits(c.run(backend, num_reqs=value)),
                                       bits(c.run(backend, num_reqs=count)))
     np.testing.assert_array_equal(bits(c.run(backend, num_reqs=np.array(R, np.int64))), bits(want))
+
+
+# ---------------------------------------------------------------------------------------------
+# FP8 caches and their scales: every bad combination refused at trace time, naming the argument.
+
+FP8 = jnp.float8_e4m3fn
+KV8 = jnp.zeros((NB, HKV, 16, 2 * D), FP8)
+S0 = jnp.float32(0.05)
+ST = jnp.full((NB, HKV, 16), 0.05, jnp.float32)
+
+# (id, argument overrides, keyword overrides, exception, regex)
+FP8_CASES = [
+    ("fp8 without scales", dict(kv_cache=KV8), {}, TypeError, r"k_scale.*float32.*float8_e4m3fn.*None"),
+    ("fp8 without v_scale", dict(kv_cache=KV8), dict(k_scale=S0), TypeError, r"v_scale.*None"),
+    ("fp8 without k_scale", dict(kv_cache=KV8), dict(v_scale=S0), TypeError, r"k_scale.*None"),
+    ("bf16 with scales", {}, dict(k_scale=S0, v_scale=S0), TypeError,
+     r"k_scale must be None with a bfloat16 kv_cache.*float32 array of shape \(\)"),
+    ("bf16 with v_scale", {}, dict(v_scale=ST), TypeError, r"v_scale must be None.*\(12, 2, 16\)"),
+    ("scale float64", dict(kv_cache=KV8), dict(k_scale=np.float64(0.1), v_scale=S0), TypeError,
+     r"k_scale.*float32.*float64"),
+    ("scale bf16", dict(kv_cache=KV8), dict(k_scale=S0, v_scale=jnp.bfloat16(0.1)), TypeError,
+     r"v_scale.*float32.*bfloat16"),
+    ("scale int32", dict(kv_cache=KV8), dict(k_scale=jnp.int32(1), v_scale=S0), TypeError,
+     r"k_scale.*float32.*int32"),
+    ("scale python float", dict(kv_cache=KV8), dict(k_scale=0.1, v_scale=S0), TypeError,
+     r"k_scale must be an array, got float"),
+    ("scale rank 1", dict(kv_cache=KV8), dict(k_scale=jnp.zeros((1,), jnp.float32), v_scale=S0),
+     ValueError, r"k_scale must be rank 0 or rank 3, got shape \(1,\)"),
+    ("scale rank 2", dict(kv_cache=KV8), dict(k_scale=ST, v_scale=ST[..., 0]), ValueError,
+     r"v_scale must be rank 0 or rank 3"),
+    ("scale blocks", dict(kv_cache=KV8), dict(k_scale=jnp.zeros((NB + 1, HKV, 16), jnp.float32),
+                                              v_scale=ST), ValueError,
+     r"k_scale must be shape \(\) per tensor or \(12, 2, 16\).*got shape \(13, 2, 16\)"),
+    ("scale heads", dict(kv_cache=KV8), dict(k_scale=ST, v_scale=jnp.zeros((NB, 1, 16), jnp.float32)),
+     ValueError, r"v_scale must be shape .*\(12, 2, 16\).*got shape \(12, 1, 16\)"),
+    ("scale slots", dict(kv_cache=KV8), dict(k_scale=ST[..., :8], v_scale=ST[..., :8]), ValueError,
+     r"k_scale must be shape .*got shape \(12, 2, 8\)"),
+    ("scale kinds mixed", dict(kv_cache=KV8), dict(k_scale=S0, v_scale=ST), ValueError,
+     r"k_scale and v_scale must be of one kind.*got shapes \(\) and \(12, 2, 16\)"),
+    ("scale kinds mixed 2", dict(kv_cache=KV8), dict(k_scale=ST, v_scale=S0), ValueError,
+     r"k_scale and v_scale must be of one kind"),
+    ("kv e5m2", dict(kv_cache=KV8.astype(jnp.float8_e5m2)), dict(k_scale=S0, v_scale=S0), TypeError,
+     r"kv_cache must be of dtype bfloat16 / float8_e4m3fn / float8_e4m3fnuz, got float8_e5m2"),
+    ("kv e4m3b11fnuz", dict(kv_cache=KV8.astype(jnp.float8_e4m3b11fnuz)), dict(k_scale=S0, v_scale=S0),
+     TypeError, r"kv_cache.*float8_e4m3b11fnuz"),
+    ("kv fp8 page 8", dict(kv_cache=KV8[:, :, :8]), dict(k_scale=S0, v_scale=S0), ValueError,
+     r"kv_cache"),
+    ("kv fp8 D vs q D", dict(kv_cache=jnp.zeros((NB, HKV, 16, 256), FP8)),
+     dict(k_scale=S0, v_scale=S0), ValueError, r"q\.shape\[2\]"),
+]
+
+
+@pytest.mark.parametrize("entry", ENTRY)
+@pytest.mark.parametrize("name,over,kw,exc,match", FP8_CASES, ids=[c[0] for c in FP8_CASES])
+def test_bad_fp8_arguments(entry, name, over, kw, exc, match):
+    args = {**_good(), **over}
+    with pytest.raises(exc, match=match) as e:
+        _call(entry, args, **kw)
+    assert re.match(r"verify_attention: \S.* must be \S.*, got \S", str(e.value)), str(e.value)
+
+
+HOST_ONLY = ("scale python float", "scale float64")
+
+
+@pytest.mark.parametrize("entry", ["reference", "ffi"])
+@pytest.mark.parametrize("name,over,kw,exc,match", [c for c in FP8_CASES if c[0] not in HOST_ONLY],
+                         ids=[c[0] for c in FP8_CASES if c[0] not in HOST_ONLY])
+def test_bad_fp8_arguments_under_jit(entry, name, over, kw, exc, match):
+    """The same refusals inside jax.jit, every array a tracer (host values that jit itself
+    converts to float32 arrays are not errors there)."""
+    args = {**_good(), **over}
+    names = sorted(kw)
+    f = jax.jit(lambda q, kv, bt, sl, *s: jax_muse_attn.verify_attention(
+        q, kv, bt, sl, scale=0.125, backend=entry, **dict(zip(names, s))))
+    with pytest.raises(exc, match=match):
+        f(args["q"], args["kv_cache"], args["block_table"], args["seq_lens"], *(kw[n] for n in names))
+
+
+@pytest.mark.parametrize("kv_dtype", ["float8_e4m3fn", "float8_e4m3fnuz"])
+@pytest.mark.parametrize("kind", ["tensor", "token"])
+def test_valid_fp8_edges_are_accepted(backend, kv_dtype, kind):
+    """Both formats with both scale kinds, numpy float32 scales, zero scales, num_reqs 0."""
+    g = dict(_good(), kv_cache=jnp.zeros((NB, HKV, 16, 2 * D), jnp.dtype(kv_dtype)))
+    s = np.float32(0.5) if kind == "tensor" else np.zeros((NB, HKV, 16), np.float32)
+    for kw in [dict(), dict(num_reqs=0), dict(window=1)]:
+        out = jax_muse_attn.verify_attention(**g, scale=0.125, backend=backend, k_scale=s,
+                                             v_scale=jnp.asarray(s), **kw)
+        assert out.shape == g["q"].shape and out.dtype == jnp.bfloat16
+        assert np.isfinite(np.asarray(out).astype(np.float32)).all()
+
+
+def test_launch_plan_takes_fp8_caches_without_scales():
+    g = _good()
+    for dtype in (jnp.float8_e4m3fn, jnp.float8_e4m3fnuz):
+        kv = jax.ShapeDtypeStruct(g["kv_cache"].shape, dtype)
+        assert (jax_muse_attn.launch_plan(g["q"], kv, g["block_table"], num_splits=2)
+                == jax_muse_attn.launch_plan(g["q"], g["kv_cache"], g["block_table"], num_splits=2))
+        assert (jax_muse_attn.default_num_splits(g["q"], kv, g["block_table"])
+                == jax_muse_attn.default_num_splits(g["q"], g["kv_cache"], g["block_table"]))
+    with pytest.raises(TypeError, match="kv_cache.*float8_e5m2"):
+        jax_muse_attn.launch_plan(g["q"], g["kv_cache"].astype(jnp.float8_e5m2), g["block_table"])

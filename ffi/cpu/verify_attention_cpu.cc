@@ -7,8 +7,10 @@
 //   merge: each output row combines its group's segments with the max trick, divides by l
 //          and is rounded to bf16.
 // It reads only the memory the spec allows (README.md, Semantics): live block-table entries
-// (muse_attn/page_table.h), key slots in [key_lo, seq_len) of valid blocks, nothing of a padding
-// request.
+// (muse_attn/page_table.h), key slots in [key_lo, seq_len) of valid blocks (and, with per-token
+// FP8 scales, those slots' scales), nothing of a padding request.
+// An FP8 cache is dequantized while a tile is staged, by the rule of muse_attn/fp8.h
+// (bf16(fp32(scale * decode(x)))); from there the computation is the bf16 cache's.
 //
 // Speed: the (group, segment) units run in parallel on XLA's intra-op thread pool, the last unit
 // of a group to finish merges it; inside a unit the loops run over 64 keys or over D with fixed
@@ -24,6 +26,7 @@
 #include <vector>
 
 #include "handlers.h"
+#include "muse_attn/fp8.h"
 #include "muse_attn/geometry.h"
 #include "muse_attn/mask.h"
 #include "muse_attn/page_table.h"
@@ -102,12 +105,25 @@ MUSE_CPU_INLINE float exp2_vec(float x) {
 
 struct Inputs {
   const uint16_t* q;         // [NQ*R, Hq, D]
-  const uint16_t* kv;        // [blocks, Hkv, 16, 2D]
+  const void* kv;            // [blocks, Hkv, 16, 2D]: bf16, or FP8 bytes
   const int32_t* table;      // [>=R, P]
   uint16_t* part_o;          // [groups, S, rows, D] bf16
   float* part_ml;            // [groups, S, rows, 2]
   uint16_t* out;             // like q
+  // FP8: per-token scales [blocks, Hkv, 16], or (k_scale == nullptr) per tensor: k_lut[b] /
+  // v_lut[b], the dequantized value of byte b.
+  const float* k_scale;
+  const float* v_scale;
+  const float* k_lut;
+  const float* v_lut;
 };
+
+// The dequantized values of the 256 bytes with one scale (the rule of muse_attn/fp8.h, as
+// fp32 values of bf16s): a per-tensor scale's table, built once a call.
+void dequantize_table(float scale, bool fnuz, float* lut) {
+  for (uint32_t b = 0; b < 256; ++b)
+    lut[b] = float_of(fp8_dequantize_bf16(b, scale, fnuz) << 16);
+}
 
 // One thread's fp32 working set for a segment, kept across units and calls (it only grows), so
 // the hot loops allocate nothing. Each array starts on a 64-byte line.
@@ -160,9 +176,35 @@ MUSE_CPU_INLINE void load_query_rows(const Problem& p, const Inputs& in, int r, 
   }
 }
 
+// One present key's K and V into the tile, as fp32 values of bf16s. `slot_index`: the key's
+// (block, KV head, slot) in the cache, kv row and scale alike.
+template <int D, KvFormat F>
+MUSE_CPU_INLINE void stage_key(const Inputs& in, int64_t slot_index, int i, Scratch& sc) {
+  if constexpr (F == KvFormat::kBf16) {
+    const uint16_t* kv_row = static_cast<const uint16_t*>(in.kv) + slot_index * 2 * D;
+    for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = bf16_to_f32(kv_row[d]);
+    for (int d = 0; d < D; ++d) sc.v[i * D + d] = bf16_to_f32(kv_row[D + d]);
+  } else {
+    const uint8_t* kv_row = static_cast<const uint8_t*>(in.kv) + slot_index * 2 * D;
+    if (in.k_scale == nullptr) {
+      for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = in.k_lut[kv_row[d]];
+      for (int d = 0; d < D; ++d) sc.v[i * D + d] = in.v_lut[kv_row[D + d]];
+      return;
+    }
+    // Per-token scales are read for present keys only (an unread one may be NaN). The rule's
+    // arithmetic vectorizes (a table lookup a byte would not).
+    constexpr bool fnuz = F == KvFormat::kFp8E4m3fnuz;
+    const float ks = in.k_scale[slot_index], vs = in.v_scale[slot_index];
+    for (int d = 0; d < D; ++d)
+      sc.kt[d * kTileKeys + i] = float_of(fp8_dequantize_bf16(kv_row[d], ks, fnuz) << 16);
+    for (int d = 0; d < D; ++d)
+      sc.v[i * D + d] = float_of(fp8_dequantize_bf16(kv_row[D + d], vs, fnuz) << 16);
+  }
+}
+
 // Stages one tile in fp32: keys of valid blocks inside [key_lo, seq_len); the other keys zero
 // and absent, their memory never touched. Returns whether every page of the tile names a block.
-template <int D>
+template <int D, KvFormat F>
 MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const RequestGeometry& g,
                                 const LivePages& live, const int32_t* table_row, int kvh,
                                 int tile, Scratch& sc) {
@@ -179,10 +221,7 @@ MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const Reques
         for (int d = 0; d < D; ++d) sc.v[i * D + d] = 0.0f;
         continue;
       }
-      const uint16_t* kv_row =
-          in.kv + ((int64_t{block} * p.num_kv_heads + kvh) * kPageSize + slot) * 2 * D;
-      for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = bf16_to_f32(kv_row[d]);
-      for (int d = 0; d < D; ++d) sc.v[i * D + d] = bf16_to_f32(kv_row[D + d]);
+      stage_key<D, F>(in, (int64_t{block} * p.num_kv_heads + kvh) * kPageSize + slot, i, sc);
     }
   }
   return all_pages;
@@ -268,7 +307,7 @@ MUSE_CPU_INLINE void store_partials(const Problem& p, const Inputs& in, int grou
 }
 
 // One segment of group (r, kvh): tiles [t0, t1) -> partials of the group's rows.
-template <int D>
+template <int D, KvFormat F>
 MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
                                    int r, int kvh, int seg, Scratch& sc) {
   int t0, t1;
@@ -283,7 +322,7 @@ MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const Req
   int whole_lo, whole_hi;  // tiles every token sees whole: no mask there (as on the GPU)
   whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
   for (int tile = t0; tile < t1; ++tile) {
-    const bool all_pages = stage_tile<D>(p, in, g, live, table_row, kvh, tile, sc);
+    const bool all_pages = stage_tile<D, F>(p, in, g, live, table_row, kvh, tile, sc);
     // A whole tile with every page present has every key present and visible to every row
     // (keys of [key_lo, seq_len) by construction): the GPU kernel skips the mask there, and so
     // does this handler, so the tests check whole_tiles() against the oracle.
@@ -304,34 +343,44 @@ MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const Req
   store_partials<D>(p, in, r * p.num_kv_heads + kvh, seg, sc);
 }
 
-// The split of one segment for a head dim fixed at compile time (every inner loop has a
-// constant trip count), in the baseline ISA and, where the CPU has them, AVX2 + FMA.
+// The split of one segment for a head dim and a cache format fixed at compile time (every
+// inner loop has a constant trip count), in the baseline ISA and, where the CPU has them,
+// AVX2 + FMA.
 using SplitSegment = void (*)(const Problem&, const Inputs&, const RequestGeometry&, int, int, int,
                               Scratch&);
 
-template <int D>
+template <int D, KvFormat F>
 void split_segment_baseline(const Problem& p, const Inputs& in, const RequestGeometry& g, int r,
                             int kvh, int seg, Scratch& sc) {
-  split_segment<D>(p, in, g, r, kvh, seg, sc);
+  split_segment<D, F>(p, in, g, r, kvh, seg, sc);
 }
 
 #if MUSE_CPU_AVX2_COPY
-template <int D>
+template <int D, KvFormat F>
 MUSE_CPU_AVX2 void split_segment_avx2(const Problem& p, const Inputs& in, const RequestGeometry& g,
                                       int r, int kvh, int seg, Scratch& sc) {
-  split_segment<D>(p, in, g, r, kvh, seg, sc);
+  split_segment<D, F>(p, in, g, r, kvh, seg, sc);
 }
 #endif
 
+template <KvFormat F>
 SplitSegment pick_split_segment(int head_dim) {
 #if MUSE_CPU_AVX2_COPY
   static const bool avx2 = [] {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   }();
-  if (avx2) return head_dim == 64 ? split_segment_avx2<64> : split_segment_avx2<128>;
+  if (avx2) return head_dim == 64 ? split_segment_avx2<64, F> : split_segment_avx2<128, F>;
 #endif
-  return head_dim == 64 ? split_segment_baseline<64> : split_segment_baseline<128>;
+  return head_dim == 64 ? split_segment_baseline<64, F> : split_segment_baseline<128, F>;
+}
+
+SplitSegment pick_split_segment(int head_dim, KvFormat format) {
+  switch (format) {
+    case KvFormat::kFp8E4m3fn: return pick_split_segment<KvFormat::kFp8E4m3fn>(head_dim);
+    case KvFormat::kFp8E4m3fnuz: return pick_split_segment<KvFormat::kFp8E4m3fnuz>(head_dim);
+    default: return pick_split_segment<KvFormat::kBf16>(head_dim);
+  }
 }
 
 // ------------------------------------------------------------------------ merge: one group
@@ -435,12 +484,22 @@ ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
   if (p.head_dim != 64 && p.head_dim != 128)
     return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: head dim must be 64 or "
                                        "128, got " + std::to_string(p.head_dim));
-  if (p.kv_format != KvFormat::kBf16)
-    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: FP8 KV not yet handled");
-  const Inputs in{q.typed_data(), static_cast<const uint16_t*>(kv_cache.untyped_data()),
-                  block_table.typed_data(),
-                  part_o->typed_data(),   part_ml->typed_data(), out->typed_data()};
-  const SplitSegment split = pick_split_segment(p.head_dim);
+  Inputs in{q.typed_data(),       kv_cache.untyped_data(), block_table.typed_data(),
+            part_o->typed_data(), part_ml->typed_data(),   out->typed_data(),
+            nullptr,              nullptr,                 nullptr,
+            nullptr};
+  float tables[2][256];
+  if (p.scale_kind == ScaleKind::kToken) {
+    in.k_scale = k_scale.typed_data();
+    in.v_scale = v_scale.typed_data();
+  } else if (p.scale_kind == ScaleKind::kTensor) {  // each scale read once, here
+    const bool fnuz = p.kv_format == KvFormat::kFp8E4m3fnuz;
+    dequantize_table(k_scale.typed_data()[0], fnuz, tables[0]);
+    dequantize_table(v_scale.typed_data()[0], fnuz, tables[1]);
+    in.k_lut = tables[0];
+    in.v_lut = tables[1];
+  }
+  const SplitSegment split = pick_split_segment(p.head_dim, p.kv_format);
 
   // Requests at or past num_reqs are padding: no key, nothing read, zero rows.
   const int real = real_requests(p.num_reqs_static, num_reqs.typed_data(), p.num_requests);
