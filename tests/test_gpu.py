@@ -16,7 +16,8 @@ import pytest
 
 import jax_muse_attn
 import oracle
-from conftest import INT32_MAX, INT32_MIN, PAGE, assert_close, bits, live_range, make_case
+from conftest import (FP8_NAN_BYTES, FP8_SIGMA, INT32_MAX, INT32_MIN, PAGE, assert_close, bits,
+                      live_range, make_case)
 
 pytestmark = [
     pytest.mark.gpu,
@@ -34,7 +35,7 @@ def _lens(L):
             2056, 2055, 100, 5, -3]
 
 
-def build(seed, L, window, num_reqs=R):
+def build(seed, L, window, num_reqs=R, kv_dtype="bfloat16", scale_kind="tensor"):
     """A problem with capacity L keys a request, generated on the device."""
     rng = np.random.default_rng(seed)
     P = -(-L // PAGE)
@@ -81,24 +82,66 @@ def build(seed, L, window, num_reqs=R):
                                    jnp.where(kind == 2, jnp.where(is_k, 12.0, 100.0) * sign, jnp.inf * sign)))
         return jnp.where(readable[:, None, :, None], kv, junk).astype(jnp.bfloat16)
 
-    kv = make_kv(jnp.asarray(readable))
     q = jax.random.normal(k4, (NQ * R, HQ, D), jnp.float32).astype(jnp.bfloat16)
-    return dict(q=q, kv=kv, bt=jnp.asarray(bt), sl=jnp.asarray(sl), bt_np=bt, sl_np=sl, lens=lens,
-                window=window, num_reqs=num_reqs, P=P)
+    c = dict(q=q, bt=jnp.asarray(bt), sl=jnp.asarray(sl), bt_np=bt, sl_np=sl, lens=lens,
+             window=window, num_reqs=num_reqs, P=P)
+    if kv_dtype == "bfloat16":
+        return dict(c, kv=make_kv(jnp.asarray(readable)))
+    return dict(c, **make_fp8_kv(jax.random.PRNGKey(seed + 1), jnp.asarray(readable), kv_dtype,
+                                 scale_kind))
+
+
+def make_fp8_kv(key, readable, kv_dtype, scale_kind):
+    """On the device, an FP8 cache as tests/conftest.py's make_fp8_cache builds one (values of
+    standard deviation FP8_SIGMA, scales log-uniform in [3.5 sigma / max, 0.1], bytes clipped to
+    the format's max), with FP8 NaN bytes or +-max decoys in unread slots and NaN / Inf / 1e30 in
+    unread per-token scales."""
+    nb = readable.shape[0]
+    dtype = jnp.dtype(kv_dtype)
+    fmax = float(jnp.finfo(dtype).max)
+    lo, hi = np.log(3.5 * FP8_SIGMA / fmax), np.log(0.1)
+    k = jax.random.split(key, 6)
+    shape = () if scale_kind == "tensor" else (nb, HKV, PAGE)
+    ks, vs = (jnp.exp(jax.random.uniform(k[i], shape, jnp.float32, lo, hi)) for i in (0, 1))
+    max_byte = jnp.uint8(np.array(fmax, dtype).view(np.uint8))  # 0x7E (e4m3fn), 0x7F (fnuz)
+
+    @jax.jit
+    def make(readable, ks, vs):
+        x = FP8_SIGMA * jax.random.normal(k[2], (nb, HKV, PAGE, 2 * D), jnp.float32)
+        sk, sv = (s if scale_kind == "tensor" else s[..., None] for s in (ks, vs))
+        x = jnp.concatenate([x[..., :D] / sk, x[..., D:] / sv], axis=-1)
+        raw = jax.lax.bitcast_convert_type(jnp.clip(x, -fmax, fmax).astype(dtype), jnp.uint8)
+        nan = jnp.asarray(FP8_NAN_BYTES[kv_dtype], jnp.uint8)
+        junk = jnp.where(jax.random.bernoulli(k[3], 0.5, raw.shape),
+                         nan[jax.random.randint(k[4], raw.shape, 0, len(nan))],
+                         (raw & jnp.uint8(0x80)) | max_byte)  # +-max, the byte's own sign
+        kv = jax.lax.bitcast_convert_type(jnp.where(readable[:, None, :, None], raw, junk), dtype)
+        if scale_kind == "token":
+            bad = jnp.asarray([jnp.nan, jnp.inf, -jnp.inf, 1e30], jnp.float32)
+            pick = jax.random.randint(k[5], (2,) + shape, 0, 4)
+            ks = jnp.where(readable[:, None, :], ks, bad[pick[0]])
+            vs = jnp.where(readable[:, None, :], vs, bad[pick[1]])
+        return kv, ks, vs
+
+    kv, ks, vs = make(readable, ks, vs)
+    return dict(kv=kv, k_scale=ks, v_scale=vs)
 
 
 def run(c, **kw):
+    scales = {k: c[k] for k in ("k_scale", "v_scale") if k in c}
     return jax_muse_attn.verify_attention(c["q"], c["kv"], c["bt"], c["sl"], scale=SCALE,
                                           window=c["window"], num_reqs=c["num_reqs"],
-                                          backend=BACKEND, **kw)
+                                          backend=BACKEND, **scales, **kw)
 
 
 def check(c, out, sample):
     """The oracle on the sampled requests (float64, only their slots are converted)."""
     kv_np = np.asarray(c["kv"])
     q_np = np.asarray(c["q"])
+    scales = {k: np.asarray(c[k]) for k in ("k_scale", "v_scale") if k in c}
     ref = oracle.verify_attention(q_np, kv_np, c["bt_np"], c["sl_np"], scale=SCALE, window=c["window"],
-                                  num_reqs=c["num_reqs"], tokens_per_request=NQ, requests=sample)
+                                  num_reqs=c["num_reqs"], tokens_per_request=NQ, requests=sample,
+                                  **scales)
     o = np.asarray(out)
     assert o.shape == q_np.shape and o.dtype == jnp.bfloat16
     assert not np.isnan(o.astype(np.float32)).any(), "NaN in output"
@@ -122,6 +165,30 @@ def test_long_context(L, window):
     out = run(c)
     check(c, out, _sample(L, window, c["num_reqs"]))
     np.testing.assert_array_equal(bits(run(c)), bits(out))  # bitwise determinism
+
+
+FP8 = [("float8_e4m3fn", "tensor"), ("float8_e4m3fnuz", "token")]
+FP8_IDS = ["e4m3fn-tensor", "e4m3fnuz-token"]
+
+
+@pytest.mark.parametrize("fmt", FP8, ids=FP8_IDS)
+@pytest.mark.parametrize("window", [None, 2048], ids=["full", "swa2048"])
+@pytest.mark.parametrize("L", [32 * 1024, 128 * 1024], ids=["32k", "128k"])
+def test_long_context_fp8(L, window, fmt):
+    """An FP8 cache (NaN bytes and NaN / Inf scales wherever nothing is read) at long context."""
+    c = build(L + (window or 0) + 7, L, window, num_reqs=R if L != 128 * 1024 else 13,
+              kv_dtype=fmt[0], scale_kind=fmt[1])
+    out = run(c)
+    check(c, out, _sample(L, window, c["num_reqs"]))
+    np.testing.assert_array_equal(bits(run(c)), bits(out))
+
+
+@pytest.mark.parametrize("fmt", FP8, ids=FP8_IDS)
+@pytest.mark.parametrize("num_splits", [1, 64])
+def test_split_counts_32k_fp8(num_splits, fmt):
+    c = build(13 + num_splits, 32 * 1024, None, kv_dtype=fmt[0], scale_kind=fmt[1])
+    out = run(c, **({"num_splits": num_splits} if BACKEND == "ffi" else {}))
+    check(c, out, [0, 4, 10, 11, 12, 15])
 
 
 @pytest.mark.parametrize("num_splits", [1, 3, 64, 100_000])
