@@ -9,13 +9,14 @@ import os
 import subprocess
 
 import jax.numpy as jnp
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import amd_emulator as ae
-from conftest import PAGE, assert_close, make_case
+from conftest import FP8_DTYPES, PAGE, SCALE_KINDS, assert_close, make_case
 from jax_muse_attn import _ffi, _validate
 
 pytestmark = pytest.mark.skipif(ae.find_clang() is None,
@@ -39,7 +40,7 @@ def as_f64(bits, shape):
 
 def plan_for(emu, c, num_splits=0, overrides=""):
     shapes = _validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=c.window,
-                                    tokens_per_request=c.NQ)
+                                    tokens_per_request=c.NQ, **c.scales())
     return _ffi.launch_plan(shapes, "ROCM", num_splits, overrides, device=ae.DEVICES[emu.target])
 
 
@@ -48,7 +49,8 @@ def check(emu, c, *, num_splits=0, overrides="", schedule="lockstep", num_reqs=N
     plan = plan_for(emu, c, num_splits, overrides)
     nr = c.num_reqs if num_reqs is None else num_reqs
     out = emu.run(c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ, window=c.window,
-                  num_reqs=nr, traced_num_reqs=traced, plan=plan, schedule=schedule, seed=seed)
+                  num_reqs=nr, traced_num_reqs=traced, plan=plan, schedule=schedule, seed=seed,
+                  k_scale=c.k_scale_np, v_scale=c.v_scale_np)
     o = as_f64(out, c.q.shape)
     assert_close(jnp.asarray(o, jnp.bfloat16), c.oracle(num_reqs=nr), q_shape=c.q.shape,
                  what=f"{emu.target} {schedule} {plan} {what}")
@@ -122,8 +124,8 @@ CASES = {
 SCHEDULES = ("lockstep", "wave_serial")
 
 
-def _case(name, seed=0):
-    kw = dict(CASES[name])
+def _case(name, seed=0, **more):
+    kw = dict(CASES[name], **more)
     R, lens = kw.pop("R"), kw.pop("seq_lens")
     return make_case(np.random.default_rng(seed), R, lens, **kw)
 
@@ -184,9 +186,60 @@ def test_random_cases(emu, data):
     seed = draw(st.integers(0, 2**31))
     c = make_case(np.random.default_rng(seed), R, lens, P=P, Hq=hq, Hkv=hkv, NQ=nq, window=window,
                   D=draw(st.sampled_from([64, 128])), bad_live=draw(st.sampled_from([0.0, 0.3])),
-                  num_reqs=draw(st.integers(0, R)))
+                  num_reqs=draw(st.integers(0, R)),
+                  kv_dtype=draw(st.sampled_from(("bfloat16",) + FP8_DTYPES)),
+                  scale_kind=draw(st.sampled_from(SCALE_KINDS)))
     check(emu, c, num_splits=draw(st.integers(0, 9)),
           schedule=draw(st.sampled_from(SCHEDULES)), seed=seed, what=f"random {seed}")
+
+
+# ---- FP8 caches (kv_tile.h) --------------------------------------------------------------------
+# AMD converts each tile as it loads it (direct); NVIDIA copies FP8 into a stage and converts it
+# once landed (staged), which the emulator runs from a gfx950 build with MUSE_ATTN_FP8_STAGED
+# (gfx942's 64 KiB of LDS does not hold the staged form's D = 128 stages; gfx950 has 160 KiB).
+FP8_CASES = ("swa-16/2", "full-d128", "padding", "long")
+
+
+@pytest.fixture(scope="session")
+def emu_staged(emu_dir):
+    return ae.Emulator(ae.build("gfx950", emu_dir, fp8_staged=True))
+
+
+def dequantized(c):
+    """c's FP8 cache as the bf16 cache the rule makes of it: bf16(fp32(scale * decode(x)))."""
+    x = np.asarray(c.kv_np).astype(np.float32)
+    d = x.shape[-1] // 2
+    for part, s in ((slice(0, d), c.k_scale_np), (slice(d, None), c.v_scale_np)):
+        s = np.asarray(s, np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):  # poisoned slots, never read
+            x[..., part] = x[..., part] * (s if s.ndim == 0 else s[..., None])
+    return x.astype(ml_dtypes.bfloat16)
+
+
+def check_fp8(emu, c, num_splits, what):
+    """The FP8 call against the oracle, and bit for bit the bf16 kernel on the dequantized cache
+    (from the tile on, the two are one computation)."""
+    out, plan = check(emu, c, num_splits=num_splits, schedule="wave_serial", what=what)
+    assert plan["split_kernel"] == "per_tile", plan
+    bf16 = emu.run(c.q_np, dequantized(c), c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ,
+                   window=c.window, num_reqs=c.num_reqs, plan=plan)
+    np.testing.assert_array_equal(out, bf16, err_msg=what)
+
+
+@pytest.mark.parametrize("kind", SCALE_KINDS)
+@pytest.mark.parametrize("fmt", FP8_DTYPES)
+@pytest.mark.parametrize("name", FP8_CASES)
+def test_fp8_cache_direct(emu, name, fmt, kind):
+    c = _case(name, seed=13, kv_dtype=fmt, scale_kind=kind)
+    check_fp8(emu, c, 7 if name == "long" else 0, f"{name} {fmt} {kind}")
+
+
+@pytest.mark.parametrize("kind", SCALE_KINDS)
+@pytest.mark.parametrize("fmt", FP8_DTYPES)
+@pytest.mark.parametrize("name", FP8_CASES)
+def test_fp8_cache_staged(emu_staged, name, fmt, kind):
+    c = _case(name, seed=17, kv_dtype=fmt, scale_kind=kind)
+    check_fp8(emu_staged, c, 7 if name == "long" else 0, f"staged {name} {fmt} {kind}")
 
 
 # ---- the emulator's checks (tests/emu_probes.cc: a planted bug each) ------------------------------
@@ -218,11 +271,12 @@ def test_under_address_and_undefined_behaviour_sanitizers(emu_dir, tmp_path):
     case written to a file; its output against the oracle."""
     target = "gfx942"
     exe = ae.build(target, emu_dir, sanitize=True, executable=True)
-    for name in ("swa-16/2", "padding", "full-d128"):
-        c = _case(name, seed=11)
+    fp8 = dict(kv_dtype="float8_e4m3fnuz", scale_kind="token")
+    for name, more in (("swa-16/2", {}), ("padding", {}), ("full-d128", {}), ("swa-16/2", fp8)):
+        c = _case(name, seed=11, **more)
         plan = _ffi.launch_plan(
             _validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=c.window,
-                                   tokens_per_request=c.NQ),
+                                   tokens_per_request=c.NQ, **c.scales()),
             "ROCM", 5, "", device=ae.DEVICES[target])
         case_file, out_file = tmp_path / f"{name.replace('/', '_')}.case", tmp_path / "out.bin"
         ae.write_case(case_file, c, plan, schedule="wave_serial")
@@ -231,4 +285,4 @@ def test_under_address_and_undefined_behaviour_sanitizers(emu_dir, tmp_path):
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         out = np.fromfile(out_file, np.uint16)
         assert_close(jnp.asarray(as_f64(out, c.q.shape), jnp.bfloat16), c.oracle(),
-                     q_shape=c.q.shape, what=f"sanitized {name}")
+                     q_shape=c.q.shape, what=f"sanitized {name} {more}")

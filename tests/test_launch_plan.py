@@ -13,11 +13,12 @@ from jax_muse_attn import _ffi, _validate
 pytestmark = pytest.mark.skipif(_ffi._MODULE is None, reason="the extension is not built")
 
 
-def shapes(R, keys, window=None, D=64, hq=HQ, hkv=HKV, nq=NQ):
+def shapes(R, keys, window=None, D=64, hq=HQ, hkv=HKV, nq=NQ, kv_dtype="bfloat16"):
     pages = -(-keys // PAGE)
     return _validate.Shapes(num_requests=R, tokens=nq, num_q_heads=hq, num_kv_heads=hkv,
                             head_dim=D, num_blocks=R * pages, pages=pages, window=window or 0,
-                            q_rank=3)
+                            q_rank=3, kv_dtype=kv_dtype,
+                            scale_kind="none" if kv_dtype == "bfloat16" else "tensor")
 
 
 def plan(s, device=H200, overrides="", num_splits=0):
@@ -100,6 +101,21 @@ def test_forced_split_kernels_where_they_run(kernel):
     for (name, d), (_, p) in grid(amd, f"split_kernel={kernel}").items():
         want = kernel if d == 64 and kernel in ("per_tile", "two_tile") else "per_tile"
         assert p["split_kernel"] == want and not p["merge_pdl"], (name, d, p)
+
+
+@pytest.mark.parametrize("kernel", ("",) + _ffi.SPLIT_KERNELS)
+def test_an_fp8_cache_runs_per_tile(kernel):
+    """The FP8 split kernel is per_tile only: whatever the grid point or a forced kernel, the plan
+    says per_tile, and its split count is the bf16 plan's where that one is per_tile too."""
+    overrides = f"split_kernel={kernel}" if kernel else ""
+    for name in h200_plans.GRID:
+        keys, R, window = h200_plans.parse(name)
+        for d in (64, 128):
+            p8 = plan(shapes(R, keys, window, D=d, kv_dtype="float8_e4m3fn"), H200, overrides)
+            assert p8["split_kernel"] == "per_tile", (name, d, p8)
+            p16 = plan(shapes(R, keys, window, D=d), H200)
+            if p16["split_kernel"] == "per_tile" and not kernel:
+                assert p8 == p16, (name, d, p8, p16)
 
 
 @pytest.mark.parametrize("overrides, field, want", [
