@@ -1,7 +1,7 @@
 """Benchmark of jax_muse_attn.verify_attention against FlashInfer, the jnp reference and the floors.
 
-    python benchmarks/bench.py [--quick] [--configs PAT,...] [--num-splits N] [--modes on,off]
-                               [--budget-s S] [--out DIR] [--name NAME]
+    python benchmarks/bench.py [--quick] [--configs PAT,...] [--kv-dtypes bf16,fp8] [--num-splits N]
+                               [--modes on,off] [--budget-s S] [--out DIR] [--name NAME]
     python benchmarks/bench.py --render benchmarks/results/h200.json   # redraw, measure nothing
 
 The grid is one tensor-parallel rank of Muse Spark verify attention: 16 q heads / 2 KV heads,
@@ -9,13 +9,16 @@ D 64, bf16, 8 new tokens a request, 16-key pages, shuffled block ids, every requ
 context, causal, scale 1/8; SWA (window 2048) at 32k and full attention at 2k, 8k, 32k, 128k, each
 for R = 1, 2, 4, 8, 16 requests. Config names: ``full32k-r4``, ``swa32k-r16``, ``swa2k-w256-r2``
 (``--configs`` takes comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``; any
-name that parses runs, on the grid or not).
+name that parses runs, on the grid or not). A ``-fp8`` suffix (``full32k-r4-fp8``) reads a
+float8_e4m3fn cache with per-tensor scales 1 (every peer's fastest form); ``--kv-dtypes bf16,fp8``
+runs each selected config with both caches.
 
 Measured in one run, every implementation on the same values: ours (``verify_attention(...,
 backend="ffi")``) hot, per call from chains of dependent calls inside one jit, by the host's wall
 clock and the device's own clock, with XLA command buffers on and off; ours cold (after an L2
 flush, by device timestamps); every timed output checked against ``jax_muse_attn.reference``
-first (exit code 1 on a failure); the jnp reference; FlashInfer where torch and flashinfer import;
+first (exit code 1 on a failure); the jnp reference; FlashInfer fa2 and XQA (its speculative-decoding
+kernel) where torch and flashinfer import, each checked before it is timed;
 the copy, empty-kernel, no-op-call and dispatch floors; and each config's launch plan
 (``jax_muse_attn.launch_plan``). ``MUSE_ATTN_LAUNCH`` (the launch plan's debug override, e.g.
 ``merge_pdl=0``) and ``--num-splits`` apply to every timed call and to the recorded plan. The
@@ -58,6 +61,7 @@ LAUNCH_ENV = "MUSE_ATTN_LAUNCH"
 FLUSH_BYTES_GPU = 256 << 20
 FLUSH_BYTES_CPU = 4 << 20
 COLD_BRACKETS = 10    # (flush, call) brackets a jit for the cold figure (x repeats samples)
+XQA_APPROX_RELERR = 0.06  # XQA's FP8 kernel (Q and P in FP8) measures ~0.04 here: timed, marked
 REF_CHAIN = 10        # most calls in a chain of the reference
 TARGET_S = 0.03       # N is cut so that a chain runs about this long
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,17 +69,29 @@ ROOT = os.path.dirname(HERE)
 
 
 # ----------------------------------------------------------------------------- configs
+KV_DTYPES = ("bf16", "fp8")
+KV_SCALE = 1.0  # the FP8 configs' per-tensor k_scale = v_scale
+
+
 class Config:
-    def __init__(self, L, R, window=None):
-        self.L, self.R, self.window = int(L), int(R), window
+    def __init__(self, L, R, window=None, kv="bf16"):
+        self.L, self.R, self.window, self.kv = int(L), int(R), window, kv
 
     @property
     def name(self):
         k = f"{self.L // 1024}k" if self.L % 1024 == 0 else f"{self.L}"
+        suffix = "" if self.kv == "bf16" else f"-{self.kv}"
         if self.window is None:
-            return f"full{k}-r{self.R}"
+            return f"full{k}-r{self.R}{suffix}"
         w = "" if self.window == SWA_WINDOW else f"-w{self.window}"
-        return f"swa{k}{w}-r{self.R}"
+        return f"swa{k}{w}-r{self.R}{suffix}"
+
+    @property
+    def fp8(self):
+        return self.kv == "fp8"
+
+    def with_kv(self, kv):
+        return Config(self.L, self.R, self.window, kv)
 
     @property
     def pages(self):
@@ -94,21 +110,24 @@ class Config:
 
     @property
     def kv_bytes(self):
-        return self.R * self.keys_read * H_KV * D * 2 * 2  # K and V, bf16
+        return self.R * self.keys_read * H_KV * D * 2 * (1 if self.fp8 else 2)  # K and V
 
     def as_dict(self):
-        return dict(name=self.name, L=self.L, R=self.R, window=self.window, keys_read=self.keys_read,
+        return dict(name=self.name, L=self.L, R=self.R, window=self.window, kv=self.kv, keys_read=self.keys_read,
                     kv_bytes=self.kv_bytes, q_heads=H_Q, kv_heads=H_KV, head_dim=D, page=PAGE,
                     tokens=NQ, scale=SCALE)
 
 
+CONFIG_RE = r"(full|swa)(\d+)(k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?"
+
+
 def parse_config(name):
-    m = re.fullmatch(r"(full|swa)(\d+)(k?)(?:-w(\d+))?-r(\d+)", name)
+    m = re.fullmatch(CONFIG_RE, name)
     if not m:
-        raise ValueError(f"bad config name {name!r} (e.g. full32k-r4, swa32k-r1, swa2k-w256-r2)")
+        raise ValueError(f"bad config name {name!r} (e.g. full32k-r4, swa32k-r1, swa2k-w256-r2, full8k-r4-fp8)")
     L = int(m.group(2)) * (1024 if m.group(3) else 1)
     window = None if m.group(1) == "full" else int(m.group(4) or SWA_WINDOW)
-    return Config(L, int(m.group(5)), window)
+    return Config(L, int(m.group(5)), window, m.group(6) or "bf16")
 
 
 def full_grid():
@@ -120,18 +139,25 @@ QUICK_GPU = ("swa32k-r1", "swa32k-r16", "full2k-r1", "full32k-r4", "full128k-r16
 QUICK_CPU = ("full1k-r1", "swa2k-w256-r2")
 
 
-def select_configs(patterns, quick, platform):
+def select_configs(patterns, quick, platform, kv_dtypes=("bf16",)):
+    """The configs of a run: the grid (or the quick one), or those the patterns name, each with
+    every cache dtype of kv_dtypes (a name with its own -fp8 suffix keeps it)."""
     if quick:
         grid = [parse_config(n) for n in (QUICK_CPU if platform == "cpu" else QUICK_GPU)]
     else:
         grid = full_grid()
+    grid = [c.with_kv(kv) for c in grid for kv in kv_dtypes]
     if not patterns:
         return grid
     out = []
     for pat in (p.strip() for p in patterns.split(",")):
         if not pat:
             continue
-        hits = [c for c in grid if fnmatch.fnmatch(c.name, pat)] or [parse_config(pat)]
+        # A pattern without the -fp8 suffix names a config whatever its cache.
+        hits = [c for c in grid if fnmatch.fnmatch(c.name, pat) or fnmatch.fnmatch(c.with_kv("bf16").name, pat)]
+        if not hits:
+            c = parse_config(pat)
+            hits = [c] if c.fp8 else [c.with_kv(kv) for kv in kv_dtypes]
         out += [c for c in hits if c.name not in {o.name for o in out}]
     return out
 
@@ -161,7 +187,9 @@ def hash_values_int64(i, seed):
     return x >> 8
 
 
-def jax_hash_array(shape, seed):
+def jax_hash_array(shape, seed, dtype="bfloat16"):
+    """The hashed values as a JAX array of dtype (bfloat16, or float8_e4m3fn: the same float32
+    values rounded to nearest even, exact in both, as torch rounds them)."""
     import jax
     import jax.numpy as jnp
 
@@ -176,7 +204,7 @@ def jax_hash_array(shape, seed):
         x = x * jnp.uint32(_C2)
         x = x ^ (x >> 16)
         v = (x >> 8).astype(jnp.float32) * jnp.float32(2.0 ** -22) - jnp.float32(2.0)
-        return v.astype(jnp.bfloat16).reshape(shape)
+        return v.astype(dtype).reshape(shape)
 
     return gen()
 
@@ -191,7 +219,8 @@ def jax_inputs(cfg):
     values): hashed q and KV, a random permutation of the blocks, every request full."""
     import jax.numpy as jnp
 
-    kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV)
+    kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV,
+                        "float8_e4m3fn" if cfg.fp8 else "bfloat16")
     q = jax_hash_array((NQ * cfg.R, H_Q, D), SEED_Q)
     return q, kv, jnp.asarray(block_table_np(cfg)), jnp.full((cfg.R,), cfg.L, jnp.int32)
 
@@ -260,7 +289,7 @@ def jax_worker(args):
 
     dev = jax.devices()[0]
     gpu = jax.default_backend() != "cpu"
-    configs = select_configs(args.configs, args.quick, "gpu" if gpu else "cpu")
+    configs = select_configs(args.configs, args.quick, "gpu" if gpu else "cpu", args.kv_dtype_list)
     _emit("plan", ",".join(c.name for c in configs))
     res = dict(mode=args.worker, xla_flags=os.environ.get("XLA_FLAGS", ""), jax=jax.__version__,
                backend=jax.default_backend(), device_kind=dev.device_kind,
@@ -372,13 +401,14 @@ def jax_worker(args):
             w = cfg.window
             rec["launch_plan"] = jax_muse_attn.launch_plan(q, kv, bt, window=w, tokens_per_request=NQ,
                                                            num_splits=args.num_splits)
+            scales = dict(k_scale=jnp.float32(KV_SCALE), v_scale=jnp.float32(KV_SCALE)) if cfg.fp8 else {}
 
             def ours(x, kv, bt, sl, w=w):
                 return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w,
-                                                      backend="ffi", num_splits=args.num_splits)
+                                                      backend="ffi", num_splits=args.num_splits, **scales)
 
             def ref(x, kv, bt, sl, w=w):
-                return reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w)
+                return reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, **scales)
 
             # A chain returns every call's output when it is checked (keep=True) and only the
             # last when it is timed: outputs that leave the jit get fresh buffers every run, a
@@ -489,30 +519,32 @@ def cold_device_time(f_call, f_empty, a, repeats, flush_bytes, warm=2):
 
 
 # ----------------------------------------------------------------------------- torch worker
-def torch_hash_array(shape, seed, dev):
-    """jax_hash_array's values as a torch bf16 tensor (int64 arithmetic, in chunks)."""
+def torch_hash_array(shape, seed, dev, dtype=None):
+    """jax_hash_array's values as a torch tensor, bf16 or dtype (int64 arithmetic, in chunks)."""
     import torch
 
+    dtype = dtype or torch.bfloat16
     total = int(np.prod(shape))
-    out = torch.empty(total, dtype=torch.bfloat16, device=dev)
+    out = torch.empty(total, dtype=dtype, device=dev)
     step = 1 << 26
     for s0 in range(0, total, step):
         i = torch.arange(s0, min(total, s0 + step), dtype=torch.int64, device=dev)
         v = hash_values_int64(i, seed).to(torch.float32) * (2.0 ** -22) - 2.0
-        out[s0:s0 + i.numel()] = v.to(torch.bfloat16)
+        out[s0:s0 + i.numel()] = v.to(dtype)
     return out.view(*shape)
 
 
 def torch_reference(q, k, v, bt, cfg):
-    """fp32 verify attention over NHD K / V caches [blocks, 16, Hkv, D] (checks FlashInfer)."""
+    """fp32 verify attention over NHD K / V caches [blocks, 16, Hkv, D] (checks the peers); an
+    FP8 cache is dequantized with KV_SCALE."""
     import torch
 
     dev = q.device
     outs = []
     for r in range(cfg.R):
         pages = bt[r].long()
-        kk = k[pages].reshape(-1, H_KV, D)[: cfg.L].float()
-        vv = v[pages].reshape(-1, H_KV, D)[: cfg.L].float()
+        kk = k[pages].reshape(-1, H_KV, D)[: cfg.L].float() * (KV_SCALE if cfg.fp8 else 1.0)
+        vv = v[pages].reshape(-1, H_KV, D)[: cfg.L].float() * (KV_SCALE if cfg.fp8 else 1.0)
         qr = q[r * NQ:(r + 1) * NQ].float().view(NQ, H_KV, H_Q // H_KV, D)
         s = torch.einsum("tkgd,skd->kgts", qr, kk) * SCALE
         qpos = cfg.L - NQ + torch.arange(NQ, device=dev)
@@ -624,19 +656,83 @@ def torch_worker(args):
                     acc += [a.elapsed_time(b) * 1e3 for a, b in evs]
         return bracket_result(call_us, empty_us, flush_bytes=flush.numel() * 4)
 
+    def hot_in_graph(fn):
+        """us per call: CUDA graphs of 20 calls, replayed (warmed up off the default stream)."""
+        st = torch.cuda.Stream()
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream().wait_stream(st)
+        torch.cuda.synchronize()
+        g_hot = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g_hot):
+            for _ in range(20):
+                fn()
+        for _ in range(3):
+            g_hot.replay()
+        torch.cuda.synchronize()
+        return [timed_us(g_hot.replay, per=20) for _ in range(max(args.repeats, 10))]
+
+    def check_peer(out, want, approx_relerr=None):
+        """Our tolerance, element by element; a peer that misses it but whose relative error
+        (Frobenius) stays within approx_relerr computes another approximation by design (XQA's
+        Hopper FP8 kernel rounds Q and P to FP8): timed, and marked with its error."""
+        err = (out.float() - want).abs()
+        bad = int((~(err <= ATOL + RTOL * want.abs())).sum())
+        rel = float((out.float() - want).norm() / want.norm()) if bool(torch.isfinite(out).all()) else float("nan")
+        ok = bad == 0
+        approx = not ok and approx_relerr is not None and rel <= approx_relerr
+        return dict(ok=ok, approx=approx, timed=ok or approx, n_bad=bad, max_abs_err=float(err.max()),
+                    relerr=rel)
+
+    def time_peer(rec, name, fn, out, want, approx_relerr=None):
+        """Run fn once (first call outside any graph: module load), check out against want, then
+        time it hot and cold; a peer that fails its check is recorded, not timed."""
+        sub = rec.setdefault(name, {})
+        try:
+            out.fill_(float("nan"))
+            fn()
+            torch.cuda.synchronize()
+            sub["check"] = chk = check_peer(out, want, approx_relerr)
+            if not chk["timed"]:
+                sub["status"] = "FAIL"
+                return
+            hot = hot_in_graph(fn)
+            sub.update(status="ok", hot_us=_median(hot), hot_samples_us=hot)
+            try:  # needs torch's external events (recorded inside a graph)
+                sub["cold_in_graph"] = cold_in_graph(fn, COLD_BRACKETS, max(args.repeats, 10))
+            except Exception as e:
+                sub["cold_in_graph"] = dict(error=_error_text(e)[-500:])
+        except Exception as e:
+            sub.update(status="ERROR", error=_error_text(e)[-2000:])
+            _log(f"[torch] {rec['config']['name']} {name}: ERROR {sub['error']}")
+
+    try:
+        from flashinfer.decode import _make_xqa_mtp_causal_mask, xqa_batch_decode_with_kv_cache
+    except Exception as e:
+        xqa_batch_decode_with_kv_cache = None
+        res["xqa_unavailable"] = f"flashinfer's XQA not importable: {e!r}"
+    ws_xqa = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)  # first 8 MiB: semaphores, zeroed
+
     for cfg in configs:
         rec = _start_config(args, res, cfg)
         if rec is None:
             continue
-        q = k = v = out = None
+        q = k = v = out = want = None
         try:
-            kv = torch_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV, dev)
+            kv_t = torch.float8_e4m3fn if cfg.fp8 else torch.bfloat16
+            kv = torch_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV, dev, kv_t)
             k, v = nhd_caches(kv)
             del kv
             q = torch_hash_array((NQ * cfg.R, H_Q, D), SEED_Q, dev)
             bt = torch.from_numpy(block_table_np(cfg)).to(dev)
+            want = torch_reference(q, k, v, bt, cfg)
             R, P = cfg.R, cfg.pages
             i32 = dict(dtype=torch.int32, device=dev)
+            out = torch.empty((NQ * R, H_Q, D), dtype=torch.bfloat16, device=dev)
+
+            # FlashInfer fa2: batch prefill over the paged cache, causal, one plan a config.
             qo_indptr = torch.arange(R + 1, **i32) * NQ
             kv_indptr = torch.arange(R + 1, **i32) * P
             kv_indices = bt.reshape(-1).contiguous()
@@ -644,53 +740,43 @@ def torch_worker(args):
             bufs = dict(qo_indptr_buf=torch.empty(R + 1, **i32), paged_kv_indptr_buf=torch.empty(R + 1, **i32),
                         paged_kv_indices_buf=torch.empty(kv_indices.numel(), **i32),
                         paged_kv_last_page_len_buf=torch.empty(R, **i32))
-            wr = fi.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_cuda_graph=True,
-                                                        backend="fa2", **bufs)
-            wr.plan(qo_indptr, kv_indptr, kv_indices, last, H_Q, H_KV, D, PAGE, causal=True,
-                    sm_scale=SCALE, window_left=(cfg.window - 1) if cfg.window else -1,
-                    q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16, uniform_q_len=NQ)
-            out = torch.full((NQ * R, H_Q, D), float("nan"), dtype=torch.bfloat16, device=dev)
-
-            def fn():
-                wr.run(q, (k, v), out=out)
-
-            fn()
-            torch.cuda.synchronize()
-            want = torch_reference(q, k, v, bt, cfg)
-            err = (out.float() - want).abs()
-            bad = int((~(err <= ATOL + RTOL * want.abs())).sum())
-            rec["check"] = dict(ok=bad == 0, n_bad=bad, max_abs_err=float(err.max()))
-            del want, err
-            s = torch.cuda.Stream()  # warm up off the default stream before capturing
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(3):
-                    fn()
-            torch.cuda.current_stream().wait_stream(s)
-            torch.cuda.synchronize()
-            g_hot = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g_hot):
-                for _ in range(20):
-                    fn()
-            for _ in range(3):
-                g_hot.replay()
-            torch.cuda.synchronize()
-            hot = [timed_us(g_hot.replay, per=20) for _ in range(max(args.repeats, 10))]
-            rec.update(status="ok", hot_us=_median(hot), hot_samples_us=hot)
-            del g_hot
-            try:  # needs torch's external events (recorded inside a graph)
-                rec["cold_in_graph"] = cold_in_graph(fn, COLD_BRACKETS, max(args.repeats, 10))
+            try:
+                wr = fi.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_cuda_graph=True,
+                                                            backend="fa2", **bufs)
+                wr.plan(qo_indptr, kv_indptr, kv_indices, last, H_Q, H_KV, D, PAGE, causal=True,
+                        sm_scale=SCALE, window_left=(cfg.window - 1) if cfg.window else -1,
+                        q_data_type=torch.bfloat16, kv_data_type=kv_t, uniform_q_len=NQ)
+                fa2_scales = dict(k_scale=KV_SCALE, v_scale=KV_SCALE) if cfg.fp8 else {}
+                time_peer(rec, "fa2", lambda: wr.run(q, (k, v), out=out, **fa2_scales), out, want)
             except Exception as e:
-                rec["cold_in_graph"] = dict(error=_error_text(e)[-500:])
+                rec["fa2"] = dict(status="ERROR", error=_error_text(e)[-2000:])
+                _log(f"[torch] {cfg.name} fa2: ERROR {rec['fa2']['error']}")
+
+            # XQA: the 8 drafts a request are the last 8 of seq_len keys, causal by its mask bits;
+            # an FP8 cache takes one scale for K and V (bmm1 = scale * kv_scale, bmm2 = kv_scale).
+            if xqa_batch_decode_with_kv_cache is None:
+                rec["xqa"] = dict(status="unavailable", error=res["xqa_unavailable"])
+            else:
+                xqa_args = dict(
+                    query=q, kv_cache=(k, v), workspace_buffer=ws_xqa, block_tables=bt,
+                    seq_lens=torch.full((R,), cfg.L, **i32).view(torch.uint32), max_seq_len=cfg.L,
+                    bmm1_scale=SCALE * (KV_SCALE if cfg.fp8 else 1.0), bmm2_scale=KV_SCALE if cfg.fp8 else 1.0,
+                    window_left=(cfg.window - 1) if cfg.window else -1, kv_layout="NHD", q_len_per_req=NQ,
+                    mask=_make_xqa_mtp_causal_mask(R, NQ, dev), out=out)
+                time_peer(rec, "xqa", lambda: xqa_batch_decode_with_kv_cache(**xqa_args), out, want,
+                          approx_relerr=XQA_APPROX_RELERR)
+            rec["status"] = "ok"
         except Exception as e:
             rec["status"] = "ERROR"
             rec["error"] = _error_text(e)
             _log(f"[torch] {cfg.name}: ERROR {rec['error']}")
         finally:
-            q = k = v = out = None
+            q = k = v = out = want = None
             torch.cuda.empty_cache()
         _save(args.result_file, res)
-        _emit("step", f"{cfg.name} {rec['status']}" + (f" FI hot {rec['hot_us']:.1f} us" if "hot_us" in rec else ""))
+        figs = " ".join(f"{n} {rec[n]['hot_us']:.1f} us" if "hot_us" in rec.get(n, {}) else
+                        f"{n} {rec.get(n, {}).get('status', '-')}" for n in ("fa2", "xqa"))
+        _emit("step", f"{cfg.name} {rec['status']} {figs}")
     return 0
 
 
@@ -707,7 +793,7 @@ class _Progress:
 def _run_worker(mode, args, names, progress, tmpdir, env_extra, deadline=None, first=False):
     path = os.path.join(tmpdir, f"{mode}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--result-file", path,
-           "--repeats", str(args.repeats), "--chain", str(args.chain)]
+           "--repeats", str(args.repeats), "--chain", str(args.chain), "--kv-dtypes", args.kv_dtypes]
     if args.num_splits:
         cmd += ["--num-splits", str(args.num_splits)]
     if args.no_device_clock:
@@ -862,17 +948,32 @@ def build_summary(cfgs, modes, torch_res):
         row["status"] = ("ok" if all(s == "ok" for s in status) else "FAIL" if "FAIL" in status
                          else "ERROR" if "ERROR" in status else "/".join(sorted(set(status))))
         fr = torch_res.get("configs", {}).get(c.name, {})
-        row["fi_hot_us"] = fr.get("hot_us")
-        row["fi_cold_us"] = fr.get("cold_in_graph", {}).get("per_call_us")
-        row["fi_check"] = fr.get("check")
+        fa2 = fr.get("fa2", fr)  # a record from before XQA ran beside fa2 holds fa2's figures itself
+        xqa = fr.get("xqa", {})
+        row["fi_hot_us"] = fa2.get("hot_us")
+        row["fi_cold_us"] = fa2.get("cold_in_graph", {}).get("per_call_us")
+        row["fi_check"] = fa2.get("check")
+        row["fi_status"] = fa2.get("status")
+        row["xqa_hot_us"] = xqa.get("hot_us")
+        row["xqa_cold_us"] = xqa.get("cold_in_graph", {}).get("per_call_us")
+        row["xqa_check"] = xqa.get("check")
+        row["xqa_status"] = xqa.get("status")
         t, td = row.get(f"ours_{first}_us"), row.get(f"ours_dev_{first}_us")
         for key, us in (("", t), ("_dev", td)):
             gbps = c.kv_bytes / (us * 1e-6) / 1e9 if us and us > 0 else None
             row[f"ours{key}_GBps"] = gbps
             row[f"pct_copy{key}"] = 100 * gbps / copy["GBps"] if gbps and copy["GBps"] else None
             row[f"ratio_to_fi_hot{key}"] = _ratio(us, row["fi_hot_us"])
+            row[f"ratio_to_xqa_hot{key}"] = _ratio(us, row["xqa_hot_us"])
         row["ratio_to_fi_cold"] = _ratio(row.get("ours_cold_dev_us"), row["fi_cold_us"])
+        row["ratio_to_xqa_cold"] = _ratio(row.get("ours_cold_dev_us"), row["xqa_cold_us"])
         rows.append(row)
+    # An FP8 config beside the same config with a bf16 cache, where the run has both.
+    by_name = {r["config"]: r for r in rows}
+    for c, row in zip(cfgs, rows):
+        twin = by_name.get(c.with_kv("bf16").name) if c.fp8 else None
+        for key, col in (("", f"ours_{first}_us"), ("_dev", f"ours_dev_{first}_us")):
+            row[f"ratio_to_bf16{key}"] = _ratio(row.get(col), twin.get(col)) if twin else None
     return rows, floors, copy
 
 
@@ -887,29 +988,46 @@ def _plan_text(plan):
 
 def format_table(rows, mode_names, copy):
     m0 = mode_names[0]
+    fp8 = any(r.get("ratio_to_bf16") or r["config"].endswith("-fp8") for r in rows)
     hdr = ["config", "KV MB", "splits", "split kernel", f"ours µs ({' / '.join(mode_names)})",
-           "ours dev µs", "GB/s dev", "% copy (host / dev)", "FI hot µs", "× FI hot (host / dev)",
-           "cold µs, ours / FI", "× FI cold", "ref µs", "check"]
+           "ours dev µs", "GB/s dev", "% copy (host / dev)"] + (["× bf16 (host / dev)"] if fp8 else []) + [
+           "FI hot µs", "× FI hot (host / dev)", "XQA hot µs", "× XQA hot (host / dev)",
+           "cold µs, ours / FI / XQA", "× FI cold", "ref µs", "check"]
     lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
     for r in rows:
         def ours(m):
             chk = r.get(f"check_{m}")
             return "FAIL" if chk and not chk.get("ok") else _fmt(r.get(f"ours_{m}_us"))
-        fic = r.get("fi_check")
         cells = [r["config"], _fmt(r["kv_mb"]), _fmt(r.get("num_splits"), 0), _plan_text(r.get("launch_plan")),
                  " / ".join(ours(m) for m in mode_names), _fmt(r.get(f"ours_dev_{m0}_us")),
                  _fmt(r.get("ours_dev_GBps"), 0),
-                 f"{_fmt(r.get('pct_copy'), 0)} / {_fmt(r.get('pct_copy_dev'), 0)}",
-                 _fmt(r.get("fi_hot_us")) + ("" if not fic or fic.get("ok") else " (FI wrong)"),
-                 f"{_fmt(r.get('ratio_to_fi_hot'), 2)} / {_fmt(r.get('ratio_to_fi_hot_dev'), 2)}",
-                 f"{_fmt(r.get('ours_cold_dev_us'))} / {_fmt(r.get('fi_cold_us'))}",
-                 _fmt(r.get("ratio_to_fi_cold"), 2), _fmt(r.get("reference_us")), r["status"]]
+                 f"{_fmt(r.get('pct_copy'), 0)} / {_fmt(r.get('pct_copy_dev'), 0)}"]
+        if fp8:
+            cells.append(f"{_fmt(r.get('ratio_to_bf16'), 2)} / {_fmt(r.get('ratio_to_bf16_dev'), 2)}")
+        cells += [_peer_cell(r, "fi"), f"{_fmt(r.get('ratio_to_fi_hot'), 2)} / {_fmt(r.get('ratio_to_fi_hot_dev'), 2)}",
+                  _peer_cell(r, "xqa"), f"{_fmt(r.get('ratio_to_xqa_hot'), 2)} / {_fmt(r.get('ratio_to_xqa_hot_dev'), 2)}",
+                  f"{_fmt(r.get('ours_cold_dev_us'))} / {_fmt(r.get('fi_cold_us'))} / {_fmt(r.get('xqa_cold_us'))}",
+                  _fmt(r.get("ratio_to_fi_cold"), 2), _fmt(r.get("reference_us")), r["status"]]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"µs a call; host: wall clock, dev: the device's clock (the same chains), command buffers "
                   f"{m0} unless named; % copy against {_fmt(copy.get('GBps'), 0)} GB/s ({copy.get('source')}); "
                   f"cold: each call after an L2 flush, inside the jit or graph, by device timestamps; "
-                  f"FI = FlashInfer fa2."]
+                  f"FI = FlashInfer fa2; XQA = FlashInfer's XQA (TensorRT-LLM's speculative-decoding "
+                  f"kernel); ≈: a peer outside our tolerance by design, timed, with its relative error; "
+                  f"× bf16: the FP8 call over the same config's bf16 call."]
     return "\n".join(lines)
+
+
+def _peer_cell(r, peer):
+    """A peer's hot figure, or why there is none: FAIL (wrong, not timed), its error text's
+    status, or ≈ and its relative error where it computes another approximation by design."""
+    chk, status = r.get(f"{peer}_check") or {}, r.get(f"{peer}_status")
+    if chk and not chk.get("ok") and not chk.get("approx"):
+        return "FAIL" + (f" (err {chk['relerr']:.2g})" if chk.get("relerr") is not None else "")
+    if r.get(f"{peer}_hot_us") is None:
+        return status if status in ("ERROR", "unavailable") else "–"
+    text = _fmt(r[f"{peer}_hot_us"])
+    return text + (f" ≈ (err {chk['relerr']:.2g})" if chk.get("approx") else "")
 
 
 def make_plot(rows, path, mode_names):
@@ -922,24 +1040,29 @@ def make_plot(rows, path, mode_names):
     except Exception as e:
         return f"plot skipped: matplotlib not importable ({e!r})"
     m0 = mode_names[0]
-    impls = [(f"ours_{m}_us", f"ours (command buffers {m})") for m in mode_names] + [
-        (f"ours_dev_{m0}_us", "ours, device clock"), ("ours_cold_dev_us", "ours cold"),
-        ("fi_hot_us", "FlashInfer fa2 hot"), ("fi_cold_us", "FlashInfer fa2 cold"),
-        ("reference_us", "jnp reference")]
+    # (key, label, cache): a line joins the configs of one cache dtype.
+    impls = [(f"ours_{m}_us", f"ours (command buffers {m})", "bf16") for m in mode_names] + [
+        (f"ours_dev_{m0}_us", "ours, device clock", "bf16"), ("ours_cold_dev_us", "ours cold", "bf16"),
+        ("fi_hot_us", "FlashInfer fa2 hot", "bf16"), ("fi_cold_us", "FlashInfer fa2 cold", "bf16"),
+        ("xqa_hot_us", "XQA hot", "bf16"), ("reference_us", "jnp reference", "bf16")]
+    if any(r["config"].endswith("-fp8") for r in rows):
+        impls += [(f"ours_dev_{m0}_us", "ours FP8, device clock", "fp8"), ("fi_hot_us", "FlashInfer fa2 FP8 hot", "fp8"),
+                  ("xqa_hot_us", "XQA FP8 hot", "fp8")]
     rs = sorted({r["R"] for r in rows})
     fig, axes = plt.subplots(2, len(rs), figsize=(4 * len(rs), 7), squeeze=False)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     used = set()
     for j, R in enumerate(rs):
-        sub = [r for r in rows if r["R"] == R]
-        for k, (key, _) in enumerate(impls):
+        for k, (key, _, kv) in enumerate(impls):
+            sub = [r for r in rows if r["R"] == R and r["config"].endswith("-fp8") == (kv == "fp8")]
             col = colors[k % len(colors)]
             for row_i, conv in ((0, lambda r, t: t), (1, lambda r, t: r["kv_bytes"] / (t * 1e-6) / 1e9)):
                 ax = axes[row_i][j]
                 full = sorted([r for r in sub if r["window"] is None and r.get(key)], key=lambda r: r["L"])
                 swa = [r for r in sub if r["window"] is not None and r.get(key)]
                 if full:
-                    ax.plot([r["L"] for r in full], [conv(r, r[key]) for r in full], "o-", color=col)
+                    ax.plot([r["L"] for r in full], [conv(r, r[key]) for r in full],
+                            "o--" if kv == "fp8" else "o-", color=col)
                 if swa:
                     ax.plot([r["L"] for r in swa], [conv(r, r[key]) for r in swa], "*", color=col, ms=12)
                 if full or swa:
@@ -1010,6 +1133,8 @@ def parent(args):
         else:
             progress.total += len(plan)
             env = {}
+            if not args.flashinfer_jit:  # a module missing from the install fails that peer, fast
+                env["FLASHINFER_DISABLE_JIT"] = "1"
             if args.flashinfer_path:  # the torch worker's only
                 rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
                 env["PYTHONPATH"] = os.pathsep.join([args.flashinfer_path] + rest)
@@ -1089,6 +1214,8 @@ def build_parser():
     ap.add_argument("--configs", default="", help="comma-separated config names or fnmatch patterns "
                     "(e.g. 'full128k-*,swa32k-r1'); default: the whole grid")
     ap.add_argument("--quick", action="store_true", help="a small grid (GPU: 5 configs; CPU: 2 tiny ones)")
+    ap.add_argument("--kv-dtypes", default="bf16", help="the caches each config runs with, in order: "
+                    "bf16, fp8 (float8_e4m3fn, per-tensor scales) or bf16,fp8")
     ap.add_argument("--num-splits", type=int, default=None, metavar="N",
                     help="pin the split count of every call (default: the launch plan's)")
     ap.add_argument("--modes", default="on,off", help="XLA command-buffer modes to run, in order: on,off")
@@ -1104,6 +1231,8 @@ def build_parser():
                     help="skip the device-clock timings (the dev and cold columns)")
     ap.add_argument("--flashinfer-path", default=None, metavar="DIR",
                     help="a folder put first on the FlashInfer worker's PYTHONPATH (only there)")
+    ap.add_argument("--flashinfer-jit", action="store_true",
+                    help="let FlashInfer compile a module it lacks (minutes a module); by default that peer fails")
     ap.add_argument("--render", default=None, metavar="JSON",
                     help="measure nothing: redraw a saved run's table, plot and summary")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
@@ -1122,6 +1251,10 @@ def main(argv=None) -> int:
         ap.error("--num-splits must be >= 1")
     if args.repeats < 1 or args.chain < 2:
         ap.error("--repeats must be >= 1 and --chain >= 2")
+    args.kv_dtype_list = tuple(k.strip() for k in args.kv_dtypes.split(",") if k.strip())
+    bad = [k for k in args.kv_dtype_list if k not in KV_DTYPES]
+    if bad or not args.kv_dtype_list:
+        ap.error(f"--kv-dtypes: unknown {bad}; choose from {list(KV_DTYPES)}")
     if args.worker == "torch":
         return torch_worker(args)
     if args.worker:
@@ -1132,8 +1265,8 @@ def main(argv=None) -> int:
     if bad or not args.mode_list:
         ap.error(f"--modes: unknown {bad}; choose from {list(MODES)}")
     for pat in (p.strip() for p in args.configs.split(",")):
-        if pat and not any(ch in pat for ch in "*?[") and not re.fullmatch(r"(full|swa)\d+k?(-w\d+)?-r\d+", pat):
-            ap.error(f"--configs: bad config name {pat!r} (e.g. full32k-r4, swa32k-r1, 'full128k-*')")
+        if pat and not any(ch in pat for ch in "*?[") and not re.fullmatch(CONFIG_RE, pat):
+            ap.error(f"--configs: bad config name {pat!r} (e.g. full32k-r4, swa32k-r1, full8k-r4-fp8, 'full128k-*')")
     return parent(args)
 
 

@@ -1,7 +1,8 @@
 """Shows that XLA captures verify_attention in a command buffer (CUDA graph) and that results
 stay right there: runs a chain of calls inside one jit with command buffers on (custom calls
-included) and off, checks every output against the jnp reference, times the chain, and greps
-XLA's thunk-sequence dump for the command buffer around the custom calls.
+included) and off, over a bf16 cache and FP8 caches with per-tensor and per-token scales (traced),
+checks every output against the jnp reference, times the chain, and greps XLA's thunk-sequence
+dump for the command buffer around the custom calls.
 
     python tools/command_buffer_check.py [--dump DIR]
 """
@@ -30,28 +31,35 @@ def worker(mode, dump):
     rng = np.random.default_rng(0)
     R, pages, d = 4, 512, 64
     blocks = R * pages
-    kv = jnp.asarray(rng.standard_normal((blocks, 2, 16, 2 * d)), jnp.bfloat16)
+    kvf = rng.standard_normal((blocks, 2, 16, 2 * d))
+    kv = jnp.asarray(kvf, jnp.bfloat16)
+    kv8 = jnp.asarray(kvf * 16, jnp.float8_e4m3fn)
+    tok = jnp.asarray(rng.uniform(0.03, 0.1, (2, blocks, 2, 16)), jnp.float32)
+    # Call i reads caches[i % 3]: (cache, k_scale, v_scale), the scales traced arguments.
+    caches = [(kv, None, None), (kv8, jnp.float32(1 / 16), jnp.float32(1 / 32)), (kv8, tok[0], tok[1])]
     table = jnp.asarray(rng.permutation(blocks).reshape(R, pages), jnp.int32)
     lens = jnp.asarray([8192, 5000, 300, 8], jnp.int32)
     q = jnp.asarray(rng.standard_normal((8 * R, 16, d)), jnp.bfloat16)
     n = 16
 
-    def chain(q, kv, table, lens, nr):
+    def chain(q, caches, table, lens, nr):
         outs = []
         for i in range(n):  # each call feeds the next: one dependent chain, like the layers
-            o = jma.verify_attention(q, kv, table, lens, scale=0.125, window=None if i % 2 else 2048,
-                                     num_reqs=nr, backend="ffi")
+            c, ks, vs = caches[i % 3]
+            o = jma.verify_attention(q, c, table, lens, scale=0.125, window=None if i % 2 else 2048,
+                                     num_reqs=nr, backend="ffi", k_scale=ks, v_scale=vs)
             outs.append(o)
             q = (o.astype(jnp.float32) * 4.0).astype(jnp.bfloat16)
         return outs
 
     f = jax.jit(chain)
-    outs = f(q, kv, table, lens, jnp.int32(3))
+    outs = f(q, caches, table, lens, jnp.int32(3))
     jax.block_until_ready(outs)
     # Check each link against the reference fed with the same input.
     qi, bad = q, 0
     for i, o in enumerate(outs):
-        want = jma.reference.verify_attention(qi, kv, table, lens, scale=0.125,
+        c, ks, vs = caches[i % 3]
+        want = jma.reference.verify_attention(qi, c, table, lens, scale=0.125, k_scale=ks, v_scale=vs,
                                               window=None if i % 2 else 2048, num_reqs=3)
         w = np.asarray(want, np.float64)
         bad += int(np.sum(~(np.abs(np.asarray(o, np.float64) - w) <= 1e-2 + 2e-2 * np.abs(w))))
@@ -59,7 +67,7 @@ def worker(mode, dump):
     ts = []
     for _ in range(20):
         t0 = time.perf_counter()
-        jax.block_until_ready(f(q, kv, table, lens, jnp.int32(3)))
+        jax.block_until_ready(f(q, caches, table, lens, jnp.int32(3)))
         ts.append(time.perf_counter() - t0)
     print(f"command buffers {mode:3s}: {n} chained calls, {bad} elements out of tolerance, "
           f"median {np.median(ts) * 1e6 / n:.1f} us per call (wall of the chain / {n})")

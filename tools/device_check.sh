@@ -12,8 +12,10 @@
 #   memcheck   compute-sanitizer memcheck on tools/sanitize_cases.py (SANITIZE_QUICK=1: 2 cases)
 #   racecheck  compute-sanitizer racecheck on the same
 #   bench      python benchmarks/bench.py $BENCH_ARGS (default --budget-s 550) --out $OUT/bench;
-#              a FlashInfer site-packages tarball at .fi/flashinfer_site.tar.gz (git-ignored) is
-#              extracted to /tmp/site and put on the FlashInfer worker's path
+#              the FlashInfer in .fi/ (git-ignored: the site tarball, XQA overlays, modules built
+#              by fimods in .fi/aot/) assembled in /tmp/site (benchmarks/fi_site.py) and put on the
+#              FlashInfer worker's path
+#   fimods     FlashInfer's fa2 modules for an FP8 cache compiled to $OUT/fimods (carry as .fi/aot)
 #   kb         benchmarks/kernel_bench.cu built (KB_ARCH, default sm_90a; KB_FLAGS: more nvcc
 #              flags) and run on KB_ARGS (L R window splits ...; default: its own grid)
 #   kbcheck    after kb: the same with MUSE_KB_CHECK=1 (outputs against benchmarks/kb_check.h)
@@ -74,13 +76,13 @@ for s in "${steps[@]}"; do
         compute-sanitizer --tool racecheck --error-exitcode 1 python3 "$ROOT/tools/sanitize_cases.py" ;;
     bench)
       fi=()
-      if [[ -f "$ROOT/.fi/flashinfer_site.tar.gz" && ! -d /tmp/site/flashinfer ]]; then
-        python3 -c "import tarfile; tarfile.open('$ROOT/.fi/flashinfer_site.tar.gz').extractall('/tmp/site', filter='fully_trusted')"
-      fi
+      [[ -f "$ROOT/.fi/flashinfer_site.tar.gz" ]] && python3 "$ROOT/benchmarks/fi_site.py" prepare --site /tmp/site
       [[ -d /tmp/site/flashinfer ]] && fi=(--flashinfer-path /tmp/site)
       # shellcheck disable=SC2086
       run_step bench "${BENCH_LIMIT:-580}" python3 "$ROOT/benchmarks/bench.py" ${BENCH_ARGS:---budget-s 550} \
         --out "$OUT/bench" "${fi[@]}" ;;
+    fimods) run_step fimods "${FIMODS_LIMIT:-480}" python3 "$ROOT/benchmarks/fi_site.py" build-fp8 --site /tmp/site \
+        --out "$OUT/fimods" ;;
     kb)
       # shellcheck disable=SC2086
       nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" ${KB_FLAGS:-} -o "$kb_bin" \

@@ -109,7 +109,9 @@ def test_a_bad_launch_override_stops_the_run(tmp_path):
 
 @pytest.mark.parametrize("argv, what", [(["--num-splits", "0"], "--num-splits"),
                                         (["--configs", "full1k"], "--configs"),
-                                        (["--modes", "sometimes"], "--modes")])
+                                        (["--modes", "sometimes"], "--modes"),
+                                        (["--kv-dtypes", "fp16"], "--kv-dtypes"),
+                                        (["--configs", "full1k-r1-fp4"], "--configs")])
 def test_bad_options_are_argparse_errors(argv, what, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(argv)
@@ -128,6 +130,47 @@ def test_config_names_round_trip():
     assert [c.name for c in bench.select_configs("full3k-r5", False, "gpu")] == ["full3k-r5"]
 
 
+def test_fp8_configs_are_named_selected_and_counted():
+    c = bench.parse_config("full32k-r4-fp8")
+    assert (c.L, c.R, c.window, c.kv) == (32768, 4, None, "fp8") and c.name == "full32k-r4-fp8"
+    assert c.kv_bytes * 2 == c.with_kv("bf16").kv_bytes
+    assert bench.parse_config("swa2k-w256-r2-fp8").name == "swa2k-w256-r2-fp8"
+    names = [c.name for c in bench.select_configs("full128k-r1,full2k-r2-fp8", False, "gpu", ("bf16", "fp8"))]
+    assert names == ["full128k-r1", "full128k-r1-fp8", "full2k-r2-fp8"]
+    assert [c.name for c in bench.select_configs("", True, "cpu", ("fp8",))] == [
+        n + "-fp8" for n in bench.QUICK_CPU]
+    assert len(bench.select_configs("", False, "gpu", ("bf16", "fp8"))) == 50
+
+
+def test_bench_fp8_config_is_checked_and_compared_with_bf16(tmp_path):
+    """An FP8 config beside its bf16 twin: ours checked against the reference on the FP8 cache,
+    its bytes counted at one a value, its time over the twin's in the table."""
+    rc = bench.main(["--configs", "full1k-r1", "--kv-dtypes", "bf16,fp8", "--modes", "on", "--out",
+                     str(tmp_path), "--name", "fp8", *SMALL])
+    out = json.loads((tmp_path / "fp8.json").read_text())
+    assert rc == 0 and out["all_checks_passed"] is True
+    rows = {r["config"]: r for r in out["summary"]}
+    assert set(rows) == {"full1k-r1", "full1k-r1-fp8"}
+    fp8, bf16 = rows["full1k-r1-fp8"], rows["full1k-r1"]
+    assert fp8["check_on"]["ok"] and fp8["check_on"]["outputs_checked"] >= 2
+    assert fp8["kv_bytes"] * 2 == bf16["kv_bytes"]
+    assert fp8["ratio_to_bf16"] == pytest.approx(fp8["ours_on_us"] / bf16["ours_on_us"])
+    assert bf16["ratio_to_bf16"] is None
+    md = (tmp_path / "fp8.md").read_text()
+    assert "× bf16 (host / dev)" in md and f"{fp8['ratio_to_bf16']:.2f} /" in md
+
+
+def test_peer_cells_say_what_happened():
+    row = dict(fi_hot_us=10.0, fi_check=dict(ok=True), xqa_hot_us=20.0,
+               xqa_check=dict(ok=False, approx=True, relerr=0.038))
+    assert bench._peer_cell(row, "fi") == "10.0"
+    assert bench._peer_cell(row, "xqa") == "20.0 ≈ (err 0.038)"
+    row["xqa_check"] = dict(ok=False, approx=False, relerr=0.5)
+    assert bench._peer_cell(row, "xqa") == "FAIL (err 0.5)"
+    assert bench._peer_cell(dict(xqa_status="ERROR"), "xqa") == "ERROR"
+    assert bench._peer_cell(dict(), "xqa") == "–"
+
+
 def test_hash_same_in_jax_and_int64():
     import jax.numpy as jnp
 
@@ -139,6 +182,19 @@ def test_hash_same_in_jax_and_int64():
     np.testing.assert_array_equal(got, want)
 
 
+def test_fp8_hash_is_the_bf16_hash_rounded():
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    shape = (3, 2, 16, 8)
+    got = np.asarray(bench.jax_hash_array(shape, 1, "float8_e4m3fn"))
+    i = np.arange(np.prod(shape), dtype=np.int64)
+    v = bench.hash_values_int64(i, 1).astype(np.float32) * np.float32(2.0 ** -22) - np.float32(2.0)
+    assert got.dtype == jnp.float8_e4m3fn
+    np.testing.assert_array_equal(got.view(np.uint8), v.astype(ml_dtypes.float8_e4m3fn).view(np.uint8).reshape(shape))
+    assert np.isfinite(got.astype(np.float32)).all() and len(np.unique(got.view(np.uint8))) > 64
+
+
 def test_torch_side_matches_jax_side():
     """The FlashInfer worker's data, layout conversion and check reference agree with ours."""
     if importlib.util.find_spec("torch") is None:
@@ -148,17 +204,19 @@ def test_torch_side_matches_jax_side():
 
     from jax_muse_attn import reference
 
-    for cfg in (bench.parse_config("full256-r2"), bench.parse_config("swa512-w64-r2")):
+    for cfg in (bench.parse_config("full256-r2"), bench.parse_config("swa512-w64-r2"),
+                bench.parse_config("full256-r2-fp8")):
         shape = (cfg.blocks, bench.H_KV, bench.PAGE, 2 * bench.D)
-        kv_j = bench.jax_hash_array(shape, bench.SEED_KV)
+        kv_j = bench.jax_hash_array(shape, bench.SEED_KV, "float8_e4m3fn" if cfg.fp8 else "bfloat16")
         q_j = bench.jax_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q)
-        kv_t = bench.torch_hash_array(shape, bench.SEED_KV, "cpu")
+        kv_t = bench.torch_hash_array(shape, bench.SEED_KV, "cpu", torch.float8_e4m3fn if cfg.fp8 else None)
         q_t = bench.torch_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q, "cpu")
         np.testing.assert_array_equal(np.asarray(kv_j.astype(jnp.float32)), kv_t.float().numpy())
         np.testing.assert_array_equal(np.asarray(q_j.astype(jnp.float32)), q_t.float().numpy())
         bt = bench.block_table_np(cfg)
+        scales = dict(k_scale=jnp.float32(bench.KV_SCALE), v_scale=jnp.float32(bench.KV_SCALE)) if cfg.fp8 else {}
         want = reference.verify_attention(q_j, kv_j, jnp.asarray(bt), jnp.full((cfg.R,), cfg.L, jnp.int32),
-                                          scale=bench.SCALE, window=cfg.window)
+                                          scale=bench.SCALE, window=cfg.window, **scales)
         k, v = bench.nhd_caches(kv_t)
         got = bench.torch_reference(q_t, k, v, torch.from_numpy(bt), cfg).numpy()
         np.testing.assert_allclose(got, np.asarray(want.astype(jnp.float32)), atol=1e-2, rtol=2e-2)
