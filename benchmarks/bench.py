@@ -1,6 +1,6 @@
 """Benchmark of jax_muse_attn.verify_attention against FlashInfer, the jnp reference and the floors.
 
-    python benchmarks/bench.py [--quick] [--configs PAT,...] [--kv-dtypes bf16,fp8] [--num-splits N]
+    python benchmarks/bench.py [--quick] [--grid serving] [--configs PAT,...] [--kv-dtypes bf16,fp8] [--num-splits N]
                                [--modes on,off] [--budget-s S] [--out DIR] [--name NAME]
     python benchmarks/bench.py --render benchmarks/results/h200.json   # redraw, measure nothing
 
@@ -11,7 +11,10 @@ for R = 1, 2, 4, 8, 16 requests. Config names: ``full32k-r4``, ``swa32k-r16``, `
 (``--configs`` takes comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``; any
 name that parses runs, on the grid or not). A ``-fp8`` suffix (``full32k-r4-fp8``) reads a
 float8_e4m3fn cache with per-tensor scales 1 (every peer's fastest form); ``--kv-dtypes bf16,fp8``
-runs each selected config with both caches.
+runs each selected config with both caches. ``--grid serving`` is serving scale: R = 32-256 at
+SWA 32k and full 2k / 8k, 32-128 at 32k, 32-64 at 128k, and ragged batches (``ragged1k-128k-r64``:
+64 requests of lengths drawn log-uniformly in [1k, 128k] from a seed of the name; ``-w2048``
+with a window).
 
 Measured in one run, every implementation on the same values: ours (``verify_attention(...,
 backend="ffi")``) hot, per call from chains of dependent calls inside one jit, by the host's wall
@@ -44,6 +47,7 @@ import sys
 import tempfile
 import time
 import traceback
+import zlib
 
 import numpy as np
 
@@ -74,63 +78,120 @@ KV_SCALE = 1.0  # the FP8 configs' per-tensor k_scale = v_scale
 
 
 class Config:
-    def __init__(self, L, R, window=None, kv="bf16"):
-        self.L, self.R, self.window, self.kv = int(L), int(R), window, kv
+    """One benchmark config: R requests of context L each, or (ragged: span = (lo, hi)) of
+    lengths drawn log-uniformly in [lo, hi] from a seed of the name, L their longest."""
+
+    def __init__(self, L, R, window=None, kv="bf16", span=None):
+        self.R, self.window, self.kv, self.span = int(R), window, kv, span
+        self.L = int(L) if span is None else max(self.lens)
+
+    @property
+    def lens(self):
+        if self.span is None:
+            return (self.L,) * self.R
+        lo, hi = self.span
+        rng = np.random.default_rng(zlib.crc32(f"ragged {lo} {hi} {self.R}".encode()))
+        x = np.exp(rng.uniform(math.log(lo), math.log(hi), self.R))
+        return tuple(int(v) for v in np.clip(np.round(x), lo, hi))
 
     @property
     def name(self):
-        k = f"{self.L // 1024}k" if self.L % 1024 == 0 else f"{self.L}"
         suffix = "" if self.kv == "bf16" else f"-{self.kv}"
+        if self.span is not None:
+            w = "" if self.window is None else f"-w{self.window}"
+            return f"ragged{_k(self.span[0])}-{_k(self.span[1])}{w}-r{self.R}{suffix}"
         if self.window is None:
-            return f"full{k}-r{self.R}{suffix}"
+            return f"full{_k(self.L)}-r{self.R}{suffix}"
         w = "" if self.window == SWA_WINDOW else f"-w{self.window}"
-        return f"swa{k}{w}-r{self.R}{suffix}"
+        return f"swa{_k(self.L)}{w}-r{self.R}{suffix}"
 
     @property
     def fp8(self):
         return self.kv == "fp8"
 
+    @property
+    def ragged(self):
+        return self.span is not None
+
     def with_kv(self, kv):
-        return Config(self.L, self.R, self.window, kv)
+        return Config(self.L, self.R, self.window, kv, self.span)
 
     @property
     def pages(self):
+        """Block-table columns: the longest request's pages."""
         return -(-self.L // PAGE)
 
     @property
+    def request_pages(self):
+        return tuple(-(-n // PAGE) for n in self.lens)
+
+    @property
     def blocks(self):
-        return self.R * self.pages
+        return sum(self.request_pages)
+
+    def _keys(self, n):
+        return n if self.window is None else n - max(0, n - NQ - (self.window - 1))
 
     @property
     def keys_read(self):
-        """Keys a request must read: its context, or the window span of its 8 tokens."""
-        if self.window is None:
-            return self.L
-        return self.L - max(0, self.L - NQ - (self.window - 1))
+        """Keys a request must read: its context, or the window span of its 8 tokens (ragged:
+        the mean over the requests)."""
+        return self._keys(self.L) if self.span is None else self.keys_total / self.R
+
+    @property
+    def keys_total(self):
+        return sum(self._keys(n) for n in self.lens)
 
     @property
     def kv_bytes(self):
-        return self.R * self.keys_read * H_KV * D * 2 * (1 if self.fp8 else 2)  # K and V
+        return self.keys_total * H_KV * D * 2 * (1 if self.fp8 else 2)  # K and V
 
     def as_dict(self):
         return dict(name=self.name, L=self.L, R=self.R, window=self.window, kv=self.kv, keys_read=self.keys_read,
                     kv_bytes=self.kv_bytes, q_heads=H_Q, kv_heads=H_KV, head_dim=D, page=PAGE,
-                    tokens=NQ, scale=SCALE)
+                    tokens=NQ, scale=SCALE, lens=list(self.lens) if self.ragged else None)
 
 
-CONFIG_RE = r"(full|swa)(\d+)(k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?"
+def _k(n):
+    return f"{n // 1024}k" if n % 1024 == 0 else f"{n}"
+
+
+def _n(text):
+    return int(text[:-1]) * 1024 if text.endswith("k") else int(text)
+
+
+CONFIG_RE = r"(full|swa)(\d+k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?|ragged(\d+k?)-(\d+k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?"
 
 
 def parse_config(name):
     m = re.fullmatch(CONFIG_RE, name)
     if not m:
-        raise ValueError(f"bad config name {name!r} (e.g. full32k-r4, swa32k-r1, swa2k-w256-r2, full8k-r4-fp8)")
-    L = int(m.group(2)) * (1024 if m.group(3) else 1)
-    window = None if m.group(1) == "full" else int(m.group(4) or SWA_WINDOW)
-    return Config(L, int(m.group(5)), window, m.group(6) or "bf16")
+        raise ValueError(f"bad config name {name!r} (e.g. full32k-r4, swa32k-r1, swa2k-w256-r2, full8k-r4-fp8, "
+                         f"ragged1k-128k-r64)")
+    if m.group(6):
+        lo, hi = _n(m.group(6)), _n(m.group(7))
+        if not 0 < lo <= hi:
+            raise ValueError(f"bad config name {name!r}: a ragged span needs 0 < lo <= hi")
+        return Config(hi, int(m.group(9)), int(m.group(8)) if m.group(8) else None, m.group(10) or "bf16",
+                      span=(lo, hi))
+    window = None if m.group(1) == "full" else int(m.group(3) or SWA_WINDOW)
+    return Config(_n(m.group(2)), int(m.group(4)), window, m.group(5) or "bf16")
 
 
-def full_grid():
+# The serving-scale grid (--grid serving): a TP8 rank verifies 32-256 requests a step; at 32k and
+# 128k as many as the GPU holds comfortably; ragged batches of lengths in 1k-128k.
+SERVING_R = (32, 64, 128, 256)
+SERVING_NAMES = (
+    [f"swa32k-r{r}" for r in SERVING_R] + [f"full2k-r{r}" for r in SERVING_R]
+    + [f"full8k-r{r}" for r in SERVING_R] + [f"full32k-r{r}" for r in (32, 64, 128)]
+    + [f"full128k-r{r}" for r in (32, 64)]
+    + [f"ragged1k-128k-r{r}" for r in (16, 64, 256)] + ["ragged1k-128k-w2048-r64"])
+GRIDS = ("default", "serving")
+
+
+def full_grid(grid="default"):
+    if grid == "serving":
+        return [parse_config(n) for n in SERVING_NAMES]
     return ([Config(SWA_CONTEXT, r, SWA_WINDOW) for r in R_VALUES]
             + [Config(L, r) for L in FULL_CONTEXTS for r in R_VALUES])
 
@@ -139,13 +200,13 @@ QUICK_GPU = ("swa32k-r1", "swa32k-r16", "full2k-r1", "full32k-r4", "full128k-r16
 QUICK_CPU = ("full1k-r1", "swa2k-w256-r2")
 
 
-def select_configs(patterns, quick, platform, kv_dtypes=("bf16",)):
+def select_configs(patterns, quick, platform, kv_dtypes=("bf16",), grid="default"):
     """The configs of a run: the grid (or the quick one), or those the patterns name, each with
     every cache dtype of kv_dtypes (a name with its own -fp8 suffix keeps it)."""
     if quick:
         grid = [parse_config(n) for n in (QUICK_CPU if platform == "cpu" else QUICK_GPU)]
     else:
-        grid = full_grid()
+        grid = full_grid(grid)
     grid = [c.with_kv(kv) for c in grid for kv in kv_dtypes]
     if not patterns:
         return grid
@@ -210,8 +271,18 @@ def jax_hash_array(shape, seed, dtype="bfloat16"):
 
 
 def block_table_np(cfg):
+    """[R, pages]: a random permutation of the blocks; a ragged request's row holds its own
+    pages first, then block 0 (never read: past its seq_len)."""
     rng = np.random.default_rng(1000 + cfg.R * 131 + cfg.L)
-    return rng.permutation(cfg.blocks).reshape(cfg.R, cfg.pages).astype(np.int32)
+    perm = rng.permutation(cfg.blocks).astype(np.int32)
+    if not cfg.ragged:
+        return perm.reshape(cfg.R, cfg.pages)
+    table = np.zeros((cfg.R, cfg.pages), np.int32)
+    at = 0
+    for r, n in enumerate(cfg.request_pages):
+        table[r, :n] = perm[at:at + n]
+        at += n
+    return table
 
 
 def jax_inputs(cfg):
@@ -222,7 +293,7 @@ def jax_inputs(cfg):
     kv = jax_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV,
                         "float8_e4m3fn" if cfg.fp8 else "bfloat16")
     q = jax_hash_array((NQ * cfg.R, H_Q, D), SEED_Q)
-    return q, kv, jnp.asarray(block_table_np(cfg)), jnp.full((cfg.R,), cfg.L, jnp.int32)
+    return q, kv, jnp.asarray(block_table_np(cfg)), jnp.asarray(cfg.lens, jnp.int32)
 
 
 def flush_l2(x, buf):
@@ -289,7 +360,7 @@ def jax_worker(args):
 
     dev = jax.devices()[0]
     gpu = jax.default_backend() != "cpu"
-    configs = select_configs(args.configs, args.quick, "gpu" if gpu else "cpu", args.kv_dtype_list)
+    configs = select_configs(args.configs, args.quick, "gpu" if gpu else "cpu", args.kv_dtype_list, args.grid)
     _emit("plan", ",".join(c.name for c in configs))
     res = dict(mode=args.worker, xla_flags=os.environ.get("XLA_FLAGS", ""), jax=jax.__version__,
                backend=jax.default_backend(), device_kind=dev.device_kind,
@@ -541,14 +612,14 @@ def torch_reference(q, k, v, bt, cfg):
 
     dev = q.device
     outs = []
-    for r in range(cfg.R):
+    for r, L in enumerate(cfg.lens):
         pages = bt[r].long()
-        kk = k[pages].reshape(-1, H_KV, D)[: cfg.L].float() * (KV_SCALE if cfg.fp8 else 1.0)
-        vv = v[pages].reshape(-1, H_KV, D)[: cfg.L].float() * (KV_SCALE if cfg.fp8 else 1.0)
+        kk = k[pages].reshape(-1, H_KV, D)[:L].float() * (KV_SCALE if cfg.fp8 else 1.0)
+        vv = v[pages].reshape(-1, H_KV, D)[:L].float() * (KV_SCALE if cfg.fp8 else 1.0)
         qr = q[r * NQ:(r + 1) * NQ].float().view(NQ, H_KV, H_Q // H_KV, D)
         s = torch.einsum("tkgd,skd->kgts", qr, kk) * SCALE
-        qpos = cfg.L - NQ + torch.arange(NQ, device=dev)
-        kpos = torch.arange(cfg.L, device=dev)
+        qpos = L - NQ + torch.arange(NQ, device=dev)
+        kpos = torch.arange(L, device=dev)
         m = kpos[None, :] <= qpos[:, None]
         if cfg.window is not None:
             m &= (qpos[:, None] - kpos[None, :]) < cfg.window
@@ -728,15 +799,15 @@ def torch_worker(args):
             q = torch_hash_array((NQ * cfg.R, H_Q, D), SEED_Q, dev)
             bt = torch.from_numpy(block_table_np(cfg)).to(dev)
             want = torch_reference(q, k, v, bt, cfg)
-            R, P = cfg.R, cfg.pages
+            R = cfg.R
             i32 = dict(dtype=torch.int32, device=dev)
             out = torch.empty((NQ * R, H_Q, D), dtype=torch.bfloat16, device=dev)
 
             # FlashInfer fa2: batch prefill over the paged cache, causal, one plan a config.
             qo_indptr = torch.arange(R + 1, **i32) * NQ
-            kv_indptr = torch.arange(R + 1, **i32) * P
-            kv_indices = bt.reshape(-1).contiguous()
-            last = torch.full((R,), cfg.L - (P - 1) * PAGE, **i32)
+            kv_indptr = torch.tensor(np.concatenate([[0], np.cumsum(cfg.request_pages)]), **i32)
+            kv_indices = torch.cat([bt[r, :n] for r, n in enumerate(cfg.request_pages)]).contiguous()
+            last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(cfg.lens, cfg.request_pages)], **i32)
             bufs = dict(qo_indptr_buf=torch.empty(R + 1, **i32), paged_kv_indptr_buf=torch.empty(R + 1, **i32),
                         paged_kv_indices_buf=torch.empty(kv_indices.numel(), **i32),
                         paged_kv_last_page_len_buf=torch.empty(R, **i32))
@@ -759,7 +830,7 @@ def torch_worker(args):
             else:
                 xqa_args = dict(
                     query=q, kv_cache=(k, v), workspace_buffer=ws_xqa, block_tables=bt,
-                    seq_lens=torch.full((R,), cfg.L, **i32).view(torch.uint32), max_seq_len=cfg.L,
+                    seq_lens=torch.tensor(cfg.lens, **i32).view(torch.uint32), max_seq_len=cfg.L,
                     bmm1_scale=SCALE * (KV_SCALE if cfg.fp8 else 1.0), bmm2_scale=KV_SCALE if cfg.fp8 else 1.0,
                     window_left=(cfg.window - 1) if cfg.window else -1, kv_layout="NHD", q_len_per_req=NQ,
                     mask=_make_xqa_mtp_causal_mask(R, NQ, dev), out=out)
@@ -793,7 +864,8 @@ class _Progress:
 def _run_worker(mode, args, names, progress, tmpdir, env_extra, deadline=None, first=False):
     path = os.path.join(tmpdir, f"{mode}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode, "--result-file", path,
-           "--repeats", str(args.repeats), "--chain", str(args.chain), "--kv-dtypes", args.kv_dtypes]
+           "--repeats", str(args.repeats), "--chain", str(args.chain), "--kv-dtypes", args.kv_dtypes,
+           "--grid", args.grid]
     if args.num_splits:
         cmd += ["--num-splits", str(args.num_splits)]
     if args.no_device_clock:
@@ -1054,7 +1126,8 @@ def make_plot(rows, path, mode_names):
     used = set()
     for j, R in enumerate(rs):
         for k, (key, _, kv) in enumerate(impls):
-            sub = [r for r in rows if r["R"] == R and r["config"].endswith("-fp8") == (kv == "fp8")]
+            sub = [r for r in rows if r["R"] == R and r["config"].endswith("-fp8") == (kv == "fp8")
+                   and not r["config"].startswith("ragged")]  # a ragged batch has no one context
             col = colors[k % len(colors)]
             for row_i, conv in ((0, lambda r, t: t), (1, lambda r, t: r["kv_bytes"] / (t * 1e-6) / 1e9)):
                 ax = axes[row_i][j]
@@ -1214,6 +1287,8 @@ def build_parser():
     ap.add_argument("--configs", default="", help="comma-separated config names or fnmatch patterns "
                     "(e.g. 'full128k-*,swa32k-r1'); default: the whole grid")
     ap.add_argument("--quick", action="store_true", help="a small grid (GPU: 5 configs; CPU: 2 tiny ones)")
+    ap.add_argument("--grid", default="default", choices=GRIDS,
+                    help="default: SWA 32k and full 2k-128k at R 1-16; serving: R 32-256 and ragged batches")
     ap.add_argument("--kv-dtypes", default="bf16", help="the caches each config runs with, in order: "
                     "bf16, fp8 (float8_e4m3fn, per-tensor scales) or bf16,fp8")
     ap.add_argument("--num-splits", type=int, default=None, metavar="N",
@@ -1266,7 +1341,8 @@ def main(argv=None) -> int:
         ap.error(f"--modes: unknown {bad}; choose from {list(MODES)}")
     for pat in (p.strip() for p in args.configs.split(",")):
         if pat and not any(ch in pat for ch in "*?[") and not re.fullmatch(CONFIG_RE, pat):
-            ap.error(f"--configs: bad config name {pat!r} (e.g. full32k-r4, swa32k-r1, full8k-r4-fp8, 'full128k-*')")
+            ap.error(f"--configs: bad config name {pat!r} (e.g. full32k-r4, swa32k-r1, full8k-r4-fp8, "
+                     f"ragged1k-128k-r64, 'full128k-*')")
     return parent(args)
 
 

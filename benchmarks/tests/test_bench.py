@@ -160,6 +160,34 @@ def test_bench_fp8_config_is_checked_and_compared_with_bf16(tmp_path):
     assert "× bf16 (host / dev)" in md and f"{fp8['ratio_to_bf16']:.2f} /" in md
 
 
+def test_serving_grid_and_ragged_configs():
+    names = [c.name for c in bench.full_grid("serving")]
+    assert names == list(bench.SERVING_NAMES) and max(c.R for c in bench.full_grid("serving")) == 256
+    c = bench.parse_config("ragged1k-128k-r64")
+    assert c.name == "ragged1k-128k-r64" and c.ragged and len(c.lens) == 64
+    assert all(1024 <= n <= 131072 for n in c.lens) and len(set(c.lens)) > 32 and c.L == max(c.lens)
+    assert c.lens == bench.parse_config("ragged1k-128k-r64").lens  # from the name alone
+    assert c.kv_bytes == sum(c.lens) * bench.H_KV * bench.D * 2 * 2
+    w = bench.parse_config("ragged1k-128k-w2048-r64")
+    assert w.lens == c.lens and w.keys_total == sum(min(n, 2048 + bench.NQ - 1) for n in c.lens)
+    bt = bench.block_table_np(c)
+    assert bt.shape == (64, c.pages)
+    used = np.concatenate([bt[r, :n] for r, n in enumerate(c.request_pages)])
+    assert sorted(used) == list(range(c.blocks))  # every block once, each request its own pages
+    with pytest.raises(ValueError, match="lo <= hi"):
+        bench.parse_config("ragged8k-1k-r4")
+
+
+def test_bench_ragged_batch_is_checked(tmp_path):
+    rc = bench.main(["--configs", "ragged64-700-w128-r3", "--modes", "on", "--out", str(tmp_path), "--name", "rg",
+                     *SMALL])
+    out = json.loads((tmp_path / "rg.json").read_text())
+    (row,) = out["summary"]
+    assert rc == 0 and out["all_checks_passed"] and row["check_on"]["ok"]
+    cfg = bench.parse_config("ragged64-700-w128-r3")
+    assert out["configs"][0]["lens"] == list(cfg.lens) and row["kv_bytes"] == cfg.kv_bytes
+
+
 def test_peer_cells_say_what_happened():
     row = dict(fi_hot_us=10.0, fi_check=dict(ok=True), xqa_hot_us=20.0,
                xqa_check=dict(ok=False, approx=True, relerr=0.038))
@@ -205,7 +233,7 @@ def test_torch_side_matches_jax_side():
     from jax_muse_attn import reference
 
     for cfg in (bench.parse_config("full256-r2"), bench.parse_config("swa512-w64-r2"),
-                bench.parse_config("full256-r2-fp8")):
+                bench.parse_config("full256-r2-fp8"), bench.parse_config("ragged40-300-w64-r3")):
         shape = (cfg.blocks, bench.H_KV, bench.PAGE, 2 * bench.D)
         kv_j = bench.jax_hash_array(shape, bench.SEED_KV, "float8_e4m3fn" if cfg.fp8 else "bfloat16")
         q_j = bench.jax_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q)
@@ -215,7 +243,7 @@ def test_torch_side_matches_jax_side():
         np.testing.assert_array_equal(np.asarray(q_j.astype(jnp.float32)), q_t.float().numpy())
         bt = bench.block_table_np(cfg)
         scales = dict(k_scale=jnp.float32(bench.KV_SCALE), v_scale=jnp.float32(bench.KV_SCALE)) if cfg.fp8 else {}
-        want = reference.verify_attention(q_j, kv_j, jnp.asarray(bt), jnp.full((cfg.R,), cfg.L, jnp.int32),
+        want = reference.verify_attention(q_j, kv_j, jnp.asarray(bt), jnp.asarray(cfg.lens, jnp.int32),
                                           scale=bench.SCALE, window=cfg.window, **scales)
         k, v = bench.nhd_caches(kv_t)
         got = bench.torch_reference(q_t, k, v, torch.from_numpy(bt), cfg).numpy()
