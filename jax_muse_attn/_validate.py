@@ -290,8 +290,8 @@ def check_drafts(shapes: Shapes, draft_lens, tree_mask, draft_depths, return_lse
         if x is None:
             continue
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            fail(TypeError, name, f"None or a {np.dtype(dtype).name} array of shape {shape}",
-                 type(x).__name__)
+            fail(TypeError, name, f"None or an array (dtype {np.dtype(dtype).name}, shape "
+                 f"{shape})", type(x).__name__)
         if x.dtype != dtype:
             fail(TypeError, name, f"of dtype {np.dtype(dtype).name}", _dtype_name(x))
         if tuple(x.shape) != shape:

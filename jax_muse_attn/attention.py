@@ -10,6 +10,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jax_muse_attn import _ffi, _partitioning, _validate, reference
 
@@ -392,3 +393,130 @@ def _fold(s: _validate.Shapes, num_reqs_static, size, in_batched, q, kv_cache, b
     return (q, kv_cache, bt.reshape(size * r, bt.shape[-1]), sl.reshape(size * r),
             jnp.asarray(size * r, jnp.int32), k_scale, v_scale, per_request(draft_lens, dl_b),
             per_request(tree_mask, tm_b), per_request(draft_depths, dd_b))
+
+
+# ------------------------------------------------------------------ packed drafts (vLLM's form)
+
+def verify_attention_packed(q, kv_cache, block_table, seq_lens, query_start_loc, *, scale,
+                            max_draft_len=8, window=None, num_reqs=None, backend="auto",
+                            num_splits=None, k_scale=None, v_scale=None, tree_mask=None,
+                            draft_depths=None, return_lse=False):
+    """verify_attention on drafts packed back to back, as vLLM lays them out.
+
+    Args:
+      q: bf16 ``[T, Hq, D]`` or ``[T, Hq*D]`` (T static): request r's drafts are rows
+        ``query_start_loc[r] .. query_start_loc[r + 1] - 1``.
+      query_start_loc: int32 ``[R + 1]`` (traced), R the requests of block_table / seq_lens
+        rows used. Run-time values are clamped, never trusted: ``s = cummax(clip(query_start_loc,
+        0, T))`` makes the starts non-decreasing inside [0, T], and request r verifies
+        ``n_r = min(s[r + 1] - s[r], max_draft_len)`` drafts, rows ``s[r] .. s[r] + n_r - 1``.
+        Rows that no request owns (before s[0], past s[R], or past a request's first
+        max_draft_len rows) come out zero (lse -inf) and are not read.
+      max_draft_len: static NQ, the most drafts a request (1..16): the slot form's
+        tokens_per_request.
+      The rest as :func:`verify_attention` (tree_mask and draft_depths ``[R, max_draft_len]``,
+      indexed by a draft's rank in its request).
+
+    Returns:
+      bf16 array of q's shape; with ``return_lse=True`` ``(out, lse)``, lse float32 ``[T, Hq]``.
+
+    It runs the slot form on ``[NQ*R, ...]`` slots: the rows are gathered into their slots and
+    the results scattered back on the device (no host sync; one executable for every
+    query_start_loc).
+    """
+    fn = "verify_attention_packed"
+    if not hasattr(q, "shape") or not hasattr(q, "dtype"):
+        raise TypeError(f"{fn}: q must be an array, got {type(q).__name__}")
+    if q.dtype != jnp.bfloat16:
+        raise TypeError(f"{fn}: q must be of dtype bfloat16, got {q.dtype}")
+    if q.ndim not in (2, 3) or q.shape[0] < 1:
+        raise ValueError(f"{fn}: q must be [T, Hq, D] or [T, Hq*D] with T >= 1, got shape "
+                         f"{tuple(q.shape)}")
+    qsl = query_start_loc
+    if not hasattr(qsl, "shape") or not hasattr(qsl, "dtype"):
+        raise TypeError(f"{fn}: query_start_loc must be an int32 array [R + 1], got "
+                        f"{type(qsl).__name__}")
+    if qsl.dtype != jnp.int32:
+        raise TypeError(f"{fn}: query_start_loc must be of dtype int32, got {qsl.dtype}")
+    if qsl.ndim != 1 or qsl.shape[0] < 2:
+        raise ValueError(f"{fn}: query_start_loc must be [R + 1] with R >= 1, got shape "
+                         f"{tuple(qsl.shape)}")
+    if (isinstance(max_draft_len, bool) or not isinstance(max_draft_len, numbers.Integral)
+            or not 1 <= max_draft_len <= _validate.MAX_TOKENS_PER_REQUEST):
+        raise ValueError(f"{fn}: max_draft_len must be an int in [1, "
+                         f"{_validate.MAX_TOKENS_PER_REQUEST}], got {max_draft_len!r}")
+    if not isinstance(return_lse, (bool, np.bool_)):
+        raise TypeError(f"{fn}: return_lse must be a Python bool, got {return_lse!r}")
+    nq, r, t_rows = int(max_draft_len), qsl.shape[0] - 1, q.shape[0]
+    starts = jax.lax.cummax(jnp.clip(qsl, 0, t_rows), axis=0)  # [R + 1], non-decreasing
+    counts = jnp.minimum(starts[1:] - starts[:-1], nq)  # [R], in [0, NQ]
+    src = starts[:-1, None] + jnp.arange(nq, dtype=jnp.int32)[None, :]  # [R, NQ]
+    owned = (jnp.arange(nq)[None, :] < counts[:, None]).reshape(-1)  # [NQ*R]
+    src = src.reshape(-1)
+    rows = q[jnp.clip(src, 0, t_rows - 1)]
+    q_slots = jnp.where(owned.reshape((-1,) + (1,) * (q.ndim - 1)), rows, jnp.zeros((), q.dtype))
+    res = verify_attention(q_slots, kv_cache, block_table, seq_lens, scale=scale, window=window,
+                           num_reqs=num_reqs, backend=backend, tokens_per_request=nq,
+                           num_splits=num_splits, k_scale=k_scale, v_scale=v_scale,
+                           draft_lens=counts, tree_mask=tree_mask, draft_depths=draft_depths,
+                           return_lse=bool(return_lse))
+    dest = jnp.where(owned, src, t_rows)  # t_rows: dropped (disjoint ranges otherwise)
+    out_slots = res[0] if return_lse else res
+    out = jnp.zeros(q.shape, q.dtype).at[dest].set(out_slots, mode="drop")
+    if not return_lse:
+        return out
+    lse = jnp.full((t_rows, res[1].shape[1]), -jnp.inf, jnp.float32).at[dest].set(
+        res[1], mode="drop")
+    return out, lse
+
+
+# ------------------------------------------------------------------ merging partial results
+
+def merge_attention_states(out_a, lse_a, out_b, lse_b):
+    """Combines two attention results over disjoint key sets into the result over their union.
+
+    out_a, out_b: one floating dtype and shape, ``[..., H, D]`` (lse ``[..., H]``) or
+    ``[..., H*D]`` (lse ``[..., H]``, the heads folded with D as in a 2-D q); lse_a, lse_b:
+    float32, the natural log-sum-exp of each row (``verify_attention(..., return_lse=True)``).
+    Returns ``(out, lse)`` in the inputs' dtypes, computed in float32 as the kernels' merge
+    does: weights ``exp(lse_x - max(lse_a, lse_b))``; a side with lse -inf weighs 0 (its out is
+    not read); both -inf give a zero row and lse -inf.
+    """
+    fn = "merge_attention_states"
+    for name, x in (("out_a", out_a), ("lse_a", lse_a), ("out_b", out_b), ("lse_b", lse_b)):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise TypeError(f"{fn}: {name} must be an array, got {type(x).__name__}")
+    for name, x in (("out_a", out_a), ("out_b", out_b)):
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(f"{fn}: {name} must be of a floating dtype, got {x.dtype}")
+    for name, x in (("lse_a", lse_a), ("lse_b", lse_b)):
+        if x.dtype != jnp.float32:
+            raise TypeError(f"{fn}: {name} must be of dtype float32, got {x.dtype}")
+    if out_b.dtype != out_a.dtype or tuple(out_b.shape) != tuple(out_a.shape):
+        raise ValueError(f"{fn}: out_b must have out_a's dtype and shape {out_a.dtype}"
+                         f"{tuple(out_a.shape)}, got {out_b.dtype}{tuple(out_b.shape)}")
+    if tuple(lse_b.shape) != tuple(lse_a.shape):
+        raise ValueError(f"{fn}: lse_b must have lse_a's shape {tuple(lse_a.shape)}, got "
+                         f"{tuple(lse_b.shape)}")
+    oshape, lshape = tuple(out_a.shape), tuple(lse_a.shape)
+    per_head = len(oshape) == len(lshape) + 1 and oshape[:-1] == lshape
+    folded = (len(oshape) == len(lshape) >= 1 and oshape[:-1] == lshape[:-1] and lshape[-1] > 0
+              and oshape[-1] % lshape[-1] == 0)
+    if not (per_head or folded):
+        raise ValueError(f"{fn}: lse_a must be out_a's shape without its last axis ([..., H] for "
+                         f"out [..., H, D]) or with the heads unfolded ([..., H] for out "
+                         f"[..., H*D]); got out_a {oshape} and lse_a {lshape}")
+    a = out_a.astype(jnp.float32).reshape(lshape + (-1,))
+    b = out_b.astype(jnp.float32).reshape(lshape + (-1,))
+    empty_a, empty_b = lse_a == -jnp.inf, lse_b == -jnp.inf
+    m = jnp.maximum(lse_a, lse_b)
+    m = jnp.where(empty_a & empty_b, 0.0, m)
+    wa = jnp.where(empty_a, 0.0, jnp.exp(lse_a - m))
+    wb = jnp.where(empty_b, 0.0, jnp.exp(lse_b - m))
+    total = wa + wb
+    acc = (jnp.where(empty_a[..., None], 0.0, wa[..., None] * a)
+           + jnp.where(empty_b[..., None], 0.0, wb[..., None] * b))
+    both = (empty_a & empty_b)[..., None]
+    out = jnp.where(both, 0.0, acc / jnp.where(both[..., 0], 1.0, total)[..., None])
+    lse = jnp.where(empty_a & empty_b, -jnp.inf, m + jnp.log(jnp.where(total > 0, total, 1.0)))
+    return out.astype(out_a.dtype).reshape(oshape), lse.astype(jnp.float32)

@@ -131,6 +131,12 @@ def _reference(q, kv_cache, block_table, seq_lens, num_reqs, *, shapes: _validat
             depth_j = jnp.take_along_axis(depth, jc.astype(jnp.int32), axis=1)  # [R, K]
             vis_draft = vis_draft & (depth[:, :, None] - depth_j[:, None, :] < s.window)
         vis = present[:, None, :] & (vis_ctx | vis_draft)
+        # A draft slot that no live row sees is not read at all (its K and V are replaced).
+        seen = jnp.any(vis_draft & live[:, :, None], axis=1)  # [R, K]
+        present = present & (is_ctx | seen)
+        kv = jnp.where(present[:, :, None, None], kv, 0.0)
+        k, v = kv[..., : s.head_dim], kv[..., s.head_dim:]
+        vis = vis & present[:, None, :]
     vis = (vis & live[:, :, None])[:, :, None, None, :]
     scores = jnp.where(vis, scores, -jnp.inf)
     # As in the kernels: only a row with no visible key (max -inf) subtracts 0, and a +inf score

@@ -126,6 +126,7 @@ struct RequestWork {
   int count;              // drafts verified: rows of tokens >= count are not computed
   int whole_lo, whole_hi;
   const DraftRow* tree;   // a tree's rows [NQ] (draft_key_is_visible), or nullptr for a chain
+  uint32_t read_bits;     // drafts whose slots are read (draft_slot_is_read): ~0u for a chain
 };
 
 // The dequantized values of the 256 bytes with one scale (the rule of muse_attn/fp8.h, as
@@ -212,12 +213,13 @@ MUSE_CPU_INLINE void stage_key(const Inputs& in, int64_t slot_index, int i, Scra
   }
 }
 
-// Stages one tile in fp32: keys of valid blocks inside [key_lo, seq_len); the other keys zero
-// and absent, their memory never touched. Returns whether every page of the tile names a block.
+// Stages one tile in fp32: keys of valid blocks inside [key_lo, seq_len) (of a tree, the draft
+// slots some row sees); the other keys zero and absent, their memory never touched. Returns
+// whether every page of the tile names a block.
 template <int D, KvFormat F>
 MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const RequestGeometry& g,
                                 const LivePages& live, const int32_t* table_row, int kvh,
-                                int tile, Scratch& sc) {
+                                int tile, uint32_t read_bits, Scratch& sc) {
   bool all_pages = true;
   for (int pg = 0; pg < kPagesPerTile; ++pg) {
     const int page = tile * kPagesPerTile + pg;
@@ -225,7 +227,8 @@ MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const Reques
     all_pages &= block >= 0;
     for (int slot = 0; slot < kPageSize; ++slot) {
       const int i = pg * kPageSize + slot, key = page * kPageSize + slot;
-      sc.present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len;
+      sc.present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len &&
+                      draft_slot_is_read(key, g.ctx, read_bits);
       if (!sc.present[i]) {
         for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = 0.0f;
         for (int d = 0; d < D; ++d) sc.v[i * D + d] = 0.0f;
@@ -343,7 +346,7 @@ MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const Req
   const int whole_lo = w.whole_lo, whole_hi = w.whole_hi;  // no mask there (as on the GPU)
   const int computed_rows = w.count * p.qpk;  // rows of tokens past the count stay empty
   for (int tile = t0; tile < t1; ++tile) {
-    const bool all_pages = stage_tile<D, F>(p, in, g, live, table_row, kvh, tile, sc);
+    const bool all_pages = stage_tile<D, F>(p, in, g, live, table_row, kvh, tile, w.read_bits, sc);
     // A whole tile with every page present has every key present and visible to every row
     // (keys of [key_lo, seq_len) by construction): the GPU kernel skips the mask there, and so
     // does this handler, so the tests check whole_tiles() against the oracle.
@@ -531,6 +534,7 @@ ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::Bu
     const int seq_len = r < real && w.count > 0 ? seq_lens.typed_data()[r] : 0;
     w.g = request_geometry(seq_len, p.capacity(), w.count, p.window, p.num_splits);
     w.tree = nullptr;
+    w.read_bits = ~0u;
     if (!tree) {
       whole_tiles(w.g.ctx, w.count, p.window, &w.whole_lo, &w.whole_hi);
       continue;
@@ -547,6 +551,7 @@ ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::Bu
                                              depths, p.window)
                             : dead_draft_row();
     w.tree = rows;
+    w.read_bits = tree_read_bits(rows, w.count);
     tree_whole_tiles(w.g.ctx, max_depth, p.window, &w.whole_lo, &w.whole_hi);
   }
 

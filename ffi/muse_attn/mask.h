@@ -104,6 +104,23 @@ MUSE_HD bool draft_key_is_visible(const DraftRow& row, int ctx, int key) {
   return j < 32u && ((row.draft_bits >> j) & 1u) != 0u;
 }
 
+// The drafts a tree reads: those some row sees (bits OR-ed over the request's rows). A draft
+// slot no row sees is never read, so garbage there cannot reach the output. A slot one row sees
+// is read for the whole request, as every key of a chain is: there a NaN reaches every row.
+MUSE_HD uint32_t tree_read_bits(const DraftRow* rows, int num_rows) {
+  uint32_t bits = 0u;
+  for (int t = 0; t < num_rows; ++t) bits |= rows[t].draft_bits;
+  return bits;
+}
+
+// Whether key slot `key` of [key_lo, seq_len) is read: a context key, or a draft in read_bits
+// (a chain reads every draft: ~0u).
+MUSE_HD bool draft_slot_is_read(int key, int ctx, uint32_t read_bits) {
+  if (key < ctx) return true;
+  const unsigned j = static_cast<unsigned>(key - ctx);
+  return j >= 32u || ((read_bits >> j) & 1u) != 0u;
+}
+
 // Tiles [*lo, *hi) of 64 keys that every live row of a tree sees whole: context keys only (a
 // draft key depends on the row's mask) and inside the window of the row at the greatest depth.
 // max_depth: the largest clamped depth among the live rows. Empty when ctx < 64.
