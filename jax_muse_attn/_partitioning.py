@@ -242,7 +242,9 @@ def _wrapper(kernel):
         return _result_shardings(shapes, arg_shapes[0].sharding)  # sharded like q
 
     def propagate(shapes, static, mesh, user_shape):
-        del shapes, static, mesh
+        del static, mesh
+        if shapes.lse:  # (out, lse): each as its users want it; partition checks the operands
+            return tuple(u.sharding for u in user_shape)
         return user_shape.sharding
 
     def partition(shapes, static, mesh, arg_shapes, result_shape):

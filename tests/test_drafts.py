@@ -102,7 +102,8 @@ def test_ragged_drafts(rng, backend, window):
     assert o[0, :3].any()
 
 
-@pytest.mark.parametrize("window,num_splits", [(None, None), (5, 3), (40, 1), (300, 7)])
+@pytest.mark.parametrize("window,num_splits", [(None, None), (2, 2), (3, None), (5, 3), (40, 1),
+                                               (300, 7)])
 def test_trees(rng, backend, window, num_splits):
     """Random trees (junk bits past NQ), random counts, a window applied by position; rows past
     a count NaN."""
@@ -151,7 +152,7 @@ def test_trees_fp8(rng, backend, kv_dtype, scale_kind, window):
 
 # ------------------------------------------------------------------ the chain, bit for bit
 
-@pytest.mark.parametrize("window,num_splits", [(None, None), (40, 3), (None, 1)])
+@pytest.mark.parametrize("window,num_splits", [(None, None), (40, 3), (None, 1), (3, 2)])
 def test_chain_is_reproduced_bit_for_bit(rng, backend, window, num_splits):
     """draft_lens = NQ, the causal tree at depth = row, and return_lse leave the output's bits
     as the plain chain call's."""
