@@ -203,7 +203,12 @@ def _lse_sharding(q_sharding, q_rank: int):
         spec = tuple(q_sharding.spec) + (None,) * (3 - len(tuple(q_sharding.spec)))
         return NamedSharding(q_sharding.mesh, PartitionSpec(*spec[:2]))
     # No mesh axis names (inside a partially manual shard_map): the same tiling, D dropped.
-    from jax._src.sharding_impls import GSPMDSharding  # noqa: PLC0415
+    try:
+        from jax._src.sharding_impls import GSPMDSharding  # noqa: PLC0415
+    except ImportError as e:  # a JAX without it: say what is missing rather than fail later
+        raise NotImplementedError(
+            "verify_attention: return_lse under a sharding without mesh axis names (a partially "
+            f"manual shard_map) needs jax's GSPMDSharding, which this JAX lacks ({e})") from e
     hlo = q_sharding._to_xla_hlo_sharding(3)
     if hlo.is_replicated():
         return GSPMDSharding.get_replicated(q_sharding._device_assignment)
