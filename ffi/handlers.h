@@ -8,6 +8,8 @@
 #include "xla/ffi/api/api.h"
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCpu);
+// The drafts target (problem.h: bind_verify_attention_drafts): ragged drafts, trees, lse.
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionDraftsCpu);
 #if defined(MUSE_ATTN_WITH_CUDA)
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCuda);
 #endif

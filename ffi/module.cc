@@ -1,5 +1,6 @@
 // The Python extension module (nanobind), as jax_muse_attn/_ffi.py uses it:
 //   registrations()        XLA platform name -> capsule of the verify-attention handler built for it
+//   drafts_registrations() the same for the drafts target (jax_muse_attn_verify_attention_drafts)
 //   clock_registrations()  the same for the benchmarks' device clock (jax_muse_attn_device_clock)
 //   launch_plan(...)       the launch plan of a call on a described device (gpu/launch_plan.h)
 //   gpu_device(ordinal)    the description of a GPU, from its runtime (builds with a GPU handler)
@@ -38,6 +39,12 @@ NB_MODULE(_muse_attn, m) {
 #if defined(MUSE_ATTN_WITH_HIP)
     d["ROCM"] = encapsulate_handler(MuseVerifyAttentionRocm);
 #endif
+    return d;
+  });
+  // The drafts target (ragged drafts, trees, lse): the CPU handler only, so far.
+  m.def("drafts_registrations", []() {
+    nb::dict d;
+    d["cpu"] = encapsulate_handler(MuseVerifyAttentionDraftsCpu);
     return d;
   });
   m.def("clock_registrations", []() {

@@ -58,7 +58,8 @@ from jax_muse_attn import reference  # noqa: E402
 from jax_muse_attn._ffi import REGISTERED as _REGISTERED  # noqa: E402
 from jax_muse_attn._ffi import TARGET_NAME  # noqa: E402
 from jax_muse_attn.attention import (  # noqa: E402
-    BACKENDS, default_num_splits, launch_plan, verify_attention)
+    BACKENDS, default_num_splits, launch_plan, merge_attention_states, verify_attention,
+    verify_attention_packed)
 
 __version__ = "0.1.0"
 
@@ -68,5 +69,5 @@ def registered_platforms() -> tuple[str, ...]:
     return tuple(sorted(_REGISTERED))
 
 
-__all__ = ["verify_attention", "reference", "registered_platforms", "BACKENDS", "TARGET_NAME",
+__all__ = ["verify_attention", "verify_attention_packed", "merge_attention_states", "reference", "registered_platforms", "BACKENDS", "TARGET_NAME",
            "default_num_splits", "launch_plan", "SUPPORTED_JAX"]

@@ -9,6 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 TARGET_NAME = "jax_muse_attn_verify_attention"
+# The same computation with the draft operands (ragged drafts, trees) and an lse result
+# (ffi/muse_attn/problem.h, bind_verify_attention_drafts); the chain call keeps TARGET_NAME.
+DRAFTS_TARGET_NAME = "jax_muse_attn_verify_attention_drafts"
 # The device clock (ffi/gpu/device_clock_gpu.cc, ffi/cpu/device_clock_cpu.cc), registered here;
 # its helpers are the benchmark's (benchmarks/device_clock.py).
 CLOCK_TARGET_NAME = "jax_muse_attn_device_clock"
@@ -16,6 +19,7 @@ CLOCK_TARGET_NAME = "jax_muse_attn_device_clock"
 # XLA platform name (as registered) -> handler capsule; empty when the extension is missing.
 REGISTERED: dict[str, object] = {}
 CLOCK_REGISTERED: dict[str, object] = {}  # the same for the device clock
+DRAFTS_REGISTERED: dict[str, object] = {}  # the same for the drafts target
 IMPORT_ERROR: Exception | None = None
 _MODULE = None  # the nanobind module, once imported
 
@@ -31,6 +35,9 @@ def _register() -> None:
     for platform, capsule in _muse_attn.registrations().items():
         jax.ffi.register_ffi_target(TARGET_NAME, capsule, platform=platform)
         REGISTERED[platform] = capsule
+    for platform, capsule in _muse_attn.drafts_registrations().items():
+        jax.ffi.register_ffi_target(DRAFTS_TARGET_NAME, capsule, platform=platform)
+        DRAFTS_REGISTERED[platform] = capsule
     for platform, capsule in _muse_attn.clock_registrations().items():
         jax.ffi.register_ffi_target(CLOCK_TARGET_NAME, capsule, platform=platform)
         CLOCK_REGISTERED[platform] = capsule
@@ -52,6 +59,11 @@ def current_platform() -> str:
 
 def has_handler(platform: str) -> bool:
     return platform in REGISTERED
+
+
+def has_drafts_handler(platform: str) -> bool:
+    """Whether this build's handler for platform takes draft operands and returns lse."""
+    return platform in DRAFTS_REGISTERED
 
 
 @functools.lru_cache(maxsize=None)
@@ -96,15 +108,26 @@ KV_FORMATS = {"bfloat16": 0, "float8_e4m3fn": 1, "float8_e4m3fnuz": 2}
 SCALE_KINDS = {"none": 0, "tensor": 1, "token": 2}
 
 
+DRAFT_KINDS = {"chain": 0, "ragged": 1, "tree": 2}  # muse_attn::DraftKind
+
+
 def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float, plan: dict,
-         num_reqs_static: int = -1, k_scale=None, v_scale=None):
-    """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape.
+         num_reqs_static: int = -1, k_scale=None, v_scale=None, draft_lens=None, tree_mask=None,
+         draft_depths=None):
+    """One custom call; q3 is [NQ*R, Hq, D]. Returns the bf16 output of q3's shape, and with
+    shapes.lse the fp32 lse [NQ*R, Hq] too: (out, lse).
     plan: launch_plan()'s dict. num_reqs_static: the value of num_reqs when known at trace time
-    (in [0, R]; the kernels then do not read the num_reqs operand), or -1."""
+    (in [0, R]; the kernels then do not read the num_reqs operand), or -1.
+    draft_lens / tree_mask / draft_depths: as shapes.drafts says ("ragged": draft_lens; "tree":
+    all three, defaults filled in). A chain call without lse runs TARGET_NAME, anything else
+    DRAFTS_TARGET_NAME (unused draft operands are empty arrays)."""
     s = shapes
     splits = plan["num_splits"]
+    drafts = s.drafts != "chain" or s.lse
     out_types = (
         jax.ShapeDtypeStruct(q3.shape, jnp.bfloat16),
+        *((jax.ShapeDtypeStruct((q3.shape[0] if s.lse else 0, q3.shape[1]), jnp.float32),)
+          if drafts else ()),  # lse
         jax.ShapeDtypeStruct((s.groups, splits, s.rows, s.head_dim), jnp.bfloat16),  # partial o
         jax.ShapeDtypeStruct((s.groups, splits, s.rows, 2), jnp.float32),  # partial (m, l)
     )
@@ -113,8 +136,19 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
         kind = "none"
     else:
         kind = "tensor" if k_scale.ndim == 0 else "token"
-    out, _, _ = jax.ffi.ffi_call(TARGET_NAME, out_types, vmap_method="sequential")(
-        q3, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
+    operands = (q3, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale)
+    extra = {}
+    if drafts:
+        if draft_lens is None:
+            draft_lens = jnp.zeros((0,), jnp.int32)
+        if tree_mask is None:
+            tree_mask = jnp.zeros((0, s.tokens), jnp.uint32)
+            draft_depths = jnp.zeros((0, s.tokens), jnp.int32)
+        operands += (draft_lens, tree_mask, draft_depths)
+        extra = dict(draft_kind=np.int32(DRAFT_KINDS[s.drafts]), return_lse=np.int32(s.lse))
+    results = jax.ffi.ffi_call(DRAFTS_TARGET_NAME if drafts else TARGET_NAME, out_types,
+                               vmap_method="sequential")(
+        *operands,
         scale=np.float32(scale),
         window=np.int32(s.window),
         tokens_per_request=np.int32(s.tokens),
@@ -126,5 +160,8 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
         merge_by_lane=np.int32(plan["merge_by_lane"]),
         kv_format=np.int32(KV_FORMATS[str(jnp.dtype(kv_cache.dtype))]),
         scale_kind=np.int32(SCALE_KINDS[kind]),
+        **extra,
     )
-    return out
+    if s.lse:
+        return results[0], results[1]
+    return results[0]

@@ -21,7 +21,12 @@ arguments and their PartitionSpecs, anything else:
   block_table / seq_lens / num_reqs (data parallelism over requests is not supported by the
   rules: shard_map over the 'dp' axis, see jax_muse_attn.sharding),
 - FP8 per-token scales ([num_blocks, Hkv, 16]) whose heads (dim 1) are not sharded as the
-  cache's, or whose blocks or slots are sharded (per-tensor scales are scalars: replicated).
+  cache's, or whose blocks or slots are sharded (per-tensor scales are scalars: replicated),
+- any sharding of the per-request draft operands (draft_lens, tree_mask, draft_depths): every
+  device needs them whole.
+
+With ``return_lse`` the call has a second result, lse ``[NQ*R, Hq]``, sharded over heads like
+the output.
 
 A fully replicated call (or a single device) runs the kernel unpartitioned.
 """
@@ -32,11 +37,16 @@ import dataclasses
 import functools
 
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_muse_attn import _validate
 
-ARG_NAMES = ("q", "kv_cache", "block_table", "seq_lens", "num_reqs", "k_scale", "v_scale")
+ARG_NAMES = ("q", "kv_cache", "block_table", "seq_lens", "num_reqs", "k_scale", "v_scale",
+             "draft_lens", "tree_mask", "draft_depths")
+SCALE_NAMES = ("k_scale", "v_scale")
+REPLICATED_NAMES = ("block_table", "seq_lens", "num_reqs", "draft_lens", "tree_mask",
+                    "draft_depths")
 
 
 def local_shapes(shapes: _validate.Shapes, q_shape, kv_shape) -> _validate.Shapes:
@@ -66,14 +76,15 @@ def _fmt(spec) -> str:
 
 
 def _present(arg_shapes):
-    """(name, operand) of the operands the call has (a bf16 call has no scales)."""
+    """(name, operand) of the operands the call has (a bf16 call has no scales, a chain no
+    draft operands)."""
     return [(n, a) for n, a in zip(ARG_NAMES, arg_shapes) if a is not None]
 
 
 def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ...]:
     """Mesh axes that shard the heads (possibly ()), after checking every operand's sharding.
-    arg_shapes: q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale (None for a bf16
-    call's scales)."""
+    arg_shapes: q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale, draft_lens,
+    tree_mask, draft_depths (None where the call has no such operand)."""
     present = _present(arg_shapes)
     arg_shapes = [a for _, a in present]
     if not all(isinstance(a.sharding, NamedSharding) or a.sharding.is_fully_replicated
@@ -86,7 +97,8 @@ def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ..
         sh = a.sharding
         specs.append(_spec(sh, len(a.shape)) if isinstance(sh, NamedSharding)
                      else ((),) * len(a.shape))
-    q_spec, kv_spec, bt_spec, sl_spec, nr_spec = specs[:5]
+    by_name = {n: spec for (n, _), spec in zip(present, specs)}
+    q_spec, kv_spec = specs[:2]
     all_specs = "; ".join(f"{n} {_fmt(s)}" for (n, _), s in zip(present, specs))
 
     def refuse(what):
@@ -103,16 +115,18 @@ def check_shardings(shapes: _validate.Shapes, mesh, arg_shapes) -> tuple[str, ..
     for d, what in ((0, "blocks"), (2, "slots"), (3, "key/value features")):
         if kv_spec[d]:
             refuse(f"kv_cache's {what} axis (dim {d}) is sharded on {kv_spec[d]}")
-    for name, spec in (("block_table", bt_spec), ("seq_lens", sl_spec), ("num_reqs", nr_spec)):
-        if any(spec):
+    for name in REPLICATED_NAMES:
+        spec = by_name.get(name)
+        if spec is not None and any(spec):
             refuse(f"{name} is sharded ({_fmt(spec)}); it must be replicated")
     heads = q_spec[1]
     if heads != kv_spec[1]:
         refuse(f"q's heads (dim 1) are sharded on {heads or 'nothing'} but kv_cache's heads "
                f"(dim 1) on {kv_spec[1] or 'nothing'}; they must be sharded on the same mesh "
                "axes (a replicated cache would be sliced or gathered, never silently)")
-    for (name, _), spec in zip(present[5:], specs[5:]):
-        if not spec:  # a per-tensor scale: a scalar, replicated
+    for name in SCALE_NAMES:
+        spec = by_name.get(name)
+        if not spec:  # absent, or a per-tensor scale: a scalar, replicated
             continue
         for d, what in ((0, "blocks"), (2, "slots")):
             if spec[d]:
@@ -158,11 +172,11 @@ def _check_by_indices(shapes: _validate.Shapes, present) -> None:
         refuse("q's and kv_cache's heads are not sharded alike")
     if shapes.num_kv_heads % kv_t[1]:
         refuse(f"the {shapes.num_kv_heads} KV heads do not divide into {kv_t[1]} shards")
-    for name, t in zip(names[2:5], tiles[2:5]):
-        if any(x != 1 for x in t):
+    for name, t in zip(names, tiles):
+        if name in REPLICATED_NAMES and any(x != 1 for x in t):
             refuse(f"{name} is sharded; it must be replicated")
-    for name, h, t in zip(names[5:], hlo[5:], tiles[5:]):
-        if t and (t[0] != 1 or t[2] != 1 or t[1] != kv_t[1] or (t[1] > 1 and list(
+    for name, h, t in zip(names, hlo, tiles):
+        if name in SCALE_NAMES and t and (t[0] != 1 or t[2] != 1 or t[1] != kv_t[1] or (t[1] > 1 and list(
                 h.tile_assignment_devices()) != list(hlo[1].tile_assignment_devices()))):
             refuse(f"{name} is not sharded like kv_cache's heads")
 
@@ -173,27 +187,69 @@ def _rule(shapes: _validate.Shapes, *_, **__):
     g = shapes.qpk
     q = "n (k g) d" if shapes.q_rank == 3 else "n (k g d)"
     scales = {"none": "", "tensor": ", , ", "token": ", b k s, b k s"}[shapes.scale_kind]
-    rule = f"{q}, b k s e, r p, l, {scales} -> {q}"
+    drafts = {"chain": "", "ragged": ", x", "tree": ", x, x t, x t"}[shapes.drafts]
+    lse = ", n (k g)" if shapes.lse else ""
+    rule = f"{q}, b k s e, r p, l, {scales}{drafts} -> {q}{lse}"
     sizes = {"g": g} if shapes.q_rank == 3 else {"g": g, "d": shapes.head_dim}
     return rule, sizes
+
+
+def _lse_sharding(q_sharding, q_rank: int):
+    """The sharding of lse [NQ*R, Hq]: q's over heads (for a 2-D q, q's own: Hq*D is split
+    where Hq is)."""
+    if q_rank == 2:
+        return q_sharding
+    if isinstance(q_sharding, NamedSharding):
+        spec = tuple(q_sharding.spec) + (None,) * (3 - len(tuple(q_sharding.spec)))
+        return NamedSharding(q_sharding.mesh, PartitionSpec(*spec[:2]))
+    # No mesh axis names (inside a partially manual shard_map): the same tiling, D dropped.
+    try:
+        from jax._src.sharding_impls import GSPMDSharding  # noqa: PLC0415
+    except ImportError as e:  # a JAX without it: say what is missing rather than fail later
+        raise NotImplementedError(
+            "verify_attention: return_lse under a sharding without mesh axis names (a partially "
+            f"manual shard_map) needs jax's GSPMDSharding, which this JAX lacks ({e})") from e
+    hlo = q_sharding._to_xla_hlo_sharding(3)
+    if hlo.is_replicated():
+        return GSPMDSharding.get_replicated(q_sharding._device_assignment)
+    dims = list(hlo.tile_assignment_dimensions())
+    devices = np.asarray(hlo.tile_assignment_devices()).reshape(dims)
+    from jax._src.lib import xla_client as xc  # noqa: PLC0415
+    op = xc.OpSharding()
+    op.type = xc.OpSharding.Type.OTHER
+    op.tile_assignment_dimensions = dims[:2] + dims[3:]
+    op.tile_assignment_devices = devices.reshape(-1).tolist()
+    if hlo.replicate_on_last_tile_dim():
+        op.replicate_on_last_tile_dim = True
+    return GSPMDSharding(q_sharding._device_assignment, op)
+
+
+def _result_shardings(shapes, q_sharding):
+    if shapes.lse:
+        return (q_sharding, _lse_sharding(q_sharding, shapes.q_rank))
+    return q_sharding
 
 
 @functools.lru_cache(maxsize=None)
 def _wrapper(kernel):
     """The custom_partitioning wrapper of kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=ks,
-    v_scale=vs) -> out; ks, vs: None (a bf16 call: no operands) or the FP8 scales."""
+    v_scale=vs, draft_lens=dl, tree_mask=tm, draft_depths=dd) -> out (or (out, lse)); ks, vs:
+    None (a bf16 call: no operands) or the FP8 scales; dl, tm, dd: None or the draft operands."""
 
-    def fn(q, kv, bt, sl, nr, ks, vs, shapes, static):
-        return kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=ks, v_scale=vs)
+    def fn(q, kv, bt, sl, nr, ks, vs, dl, tm, dd, shapes, static):
+        return kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=ks, v_scale=vs, draft_lens=dl,
+                      tree_mask=tm, draft_depths=dd)
 
-    cp = custom_partitioning(fn, static_argnums=(7, 8))
+    cp = custom_partitioning(fn, static_argnums=(10, 11))
 
     def infer(shapes, static, mesh, arg_shapes, result_shape):
-        del shapes, static, mesh, result_shape
-        return arg_shapes[0].sharding  # the output is sharded like q
+        del static, mesh, result_shape
+        return _result_shardings(shapes, arg_shapes[0].sharding)  # sharded like q
 
     def propagate(shapes, static, mesh, user_shape):
-        del shapes, static, mesh
+        del static, mesh
+        if shapes.lse:  # (out, lse): each as its users want it; partition checks the operands
+            return tuple(u.sharding for u in user_shape)
         return user_shape.sharding
 
     def partition(shapes, static, mesh, arg_shapes, result_shape):
@@ -204,10 +260,11 @@ def _wrapper(kernel):
         local_kv = arg_shardings[1].shard_shape(arg_shapes[1].shape)
         local = local_shapes(shapes, local_q, local_kv)
 
-        def lower_fn(q, kv, bt, sl, nr, ks, vs):
-            return kernel(q, kv, bt, sl, nr, local, *static, k_scale=ks, v_scale=vs)
+        def lower_fn(q, kv, bt, sl, nr, ks, vs, dl, tm, dd):
+            return kernel(q, kv, bt, sl, nr, local, *static, k_scale=ks, v_scale=vs,
+                          draft_lens=dl, tree_mask=tm, draft_depths=dd)
 
-        return mesh, lower_fn, arg_shardings[0], arg_shardings
+        return mesh, lower_fn, _result_shardings(shapes, arg_shardings[0]), arg_shardings
 
     cp.def_partition(partition=partition, infer_sharding_from_operands=infer,
                      propagate_user_sharding=propagate, sharding_rule=_rule)
@@ -215,13 +272,14 @@ def _wrapper(kernel):
 
 
 def partitioned(kernel, q, kv_cache, block_table, seq_lens, num_reqs, k_scale=None, v_scale=None,
-                *, shapes, static=()):
+                draft_lens=None, tree_mask=None, draft_depths=None, *, shapes, static=()):
     """kernel(q, kv, bt, sl, nr, shapes, *static, k_scale=, v_scale=) under the TP partitioning
     rules.
 
     kernel must be a module-level function (it keys a cache) that computes the output of q's
     shape from operands of the given (global or per-shard) shapes; static: hashable extras.
     k_scale, v_scale: None (bf16: the call has five operands, as before FP8) or FP8 scales.
+    draft_lens, tree_mask, draft_depths: None or per-request operands (replicated).
     """
     return _wrapper(kernel)(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
-                            shapes, tuple(static))
+                            draft_lens, tree_mask, draft_depths, shapes, tuple(static))

@@ -40,6 +40,9 @@ def _largest_scale() -> float:
 
 
 SCALE_MAX = _largest_scale()
+# "chain": NQ tokens a request, causal (no draft operand); "ragged": a chain of draft_lens[r]
+# tokens; "tree": draft_lens, tree_mask and draft_depths (defaults filled in).
+DRAFT_KINDS = ("chain", "ragged", "tree")
 # Key positions (16 * pages, plus a window and a tile of slack) are int32 in the kernels.
 MAX_PAGES = 2**26
 
@@ -59,6 +62,8 @@ class Shapes:
     q_rank: int  # 2 ([NQ*R, Hq*D]) or 3 ([NQ*R, Hq, D])
     kv_dtype: str = "bfloat16"  # a name of KV_DTYPES
     scale_kind: str = "none"  # FP8 scales: "tensor" ([]) or "token" ([num_blocks, Hkv, 16])
+    drafts: str = "chain"  # DRAFT_KINDS: which draft operands the call has
+    lse: bool = False  # the call also returns lse [NQ*R, Hq]
 
     @property
     def qpk(self) -> int:
@@ -266,3 +271,33 @@ def normalize_num_reqs(num_reqs, num_requests: int) -> jax.Array:
         return num_reqs.astype(jnp.int32)
     lo, hi = jnp.asarray(0, dtype), jnp.asarray(num_requests, dtype)  # both fit any such dtype
     return jnp.clip(num_reqs, lo, hi).astype(jnp.int32)
+
+
+def check_drafts(shapes: Shapes, draft_lens, tree_mask, draft_depths, return_lse,
+                 fn: str = "verify_attention") -> Shapes:
+    """Checks the draft arguments against the call's shapes; returns the Shapes with drafts and
+    lse set. draft_lens int32 [R]; tree_mask uint32 [R, NQ]; draft_depths int32 [R, NQ]; each
+    None or an array (traced or not); return_lse a Python bool."""
+    def fail(cls, arg, expected, actual):
+        raise cls(f"{fn}: {arg} must be {expected}, got {actual}")
+
+    if not isinstance(return_lse, (bool, np.bool_)):
+        fail(TypeError, "return_lse", "a Python bool", f"{type(return_lse).__name__} {return_lse!r}")
+    r, nq = shapes.num_requests, shapes.tokens
+    for name, x, dtype, shape in (("draft_lens", draft_lens, np.int32, (r,)),
+                                  ("tree_mask", tree_mask, np.uint32, (r, nq)),
+                                  ("draft_depths", draft_depths, np.int32, (r, nq))):
+        if x is None:
+            continue
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            fail(TypeError, name, f"None or an array (dtype {np.dtype(dtype).name}, shape "
+                 f"{shape})", type(x).__name__)
+        if x.dtype != dtype:
+            fail(TypeError, name, f"of dtype {np.dtype(dtype).name}", _dtype_name(x))
+        if tuple(x.shape) != shape:
+            what = "[R]" if len(shape) == 1 else "[R, tokens_per_request]"
+            fail(ValueError, name, f"of shape {shape} ({what}, R = {r} requests of q)",
+                 f"shape {tuple(x.shape)}")
+    kind = ("tree" if tree_mask is not None or draft_depths is not None
+            else "ragged" if draft_lens is not None else "chain")
+    return dataclasses.replace(shapes, drafts=kind, lse=bool(return_lse))

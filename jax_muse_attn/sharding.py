@@ -54,6 +54,10 @@ class TPSpecs(typing.NamedTuple):
     out: P
     k_scale: P  # an FP8 cache's scales (tp_specs' scale_kind)
     v_scale: P
+    draft_lens: P  # per-request draft operands: replicated
+    tree_mask: P
+    draft_depths: P
+    lse: P  # return_lse's [NQ*R, Hq]: heads sharded like out
 
 
 class TPShardings(typing.NamedTuple):
@@ -65,6 +69,10 @@ class TPShardings(typing.NamedTuple):
     out: NamedSharding
     k_scale: NamedSharding
     v_scale: NamedSharding
+    draft_lens: NamedSharding
+    tree_mask: NamedSharding
+    draft_depths: NamedSharding
+    lse: NamedSharding
 
 
 SCALE_KINDS = ("tensor", "token")
@@ -83,13 +91,17 @@ def tp_specs(axis="tp", *, q_rank: int = 3, scale_kind: str = "tensor") -> TPSpe
     scale_kind: the FP8 scales ``k_scale`` / ``v_scale`` (unused with a bf16 cache): "tensor"
     (scalars, replicated: ``P()``) or "token" (``[num_blocks, Hkv, 16]``, heads sharded like the
     cache's: ``P(None, axis, None)``).
+    draft_lens / tree_mask / draft_depths are per request: replicated. lse ``[NQ*R, Hq]`` is
+    head-sharded like out.
     """
     if q_rank not in (2, 3):
         raise ValueError(f"tp_specs: q_rank must be 2 or 3, got {q_rank!r}")
     q = P(None, axis, None) if q_rank == 3 else P(None, axis)
     scale = _scale_spec(axis, scale_kind)
     return TPSpecs(q=q, kv_cache=P(None, axis, None, None), block_table=P(None, None),
-                   seq_lens=P(None), num_reqs=P(), out=q, k_scale=scale, v_scale=scale)
+                   seq_lens=P(None), num_reqs=P(), out=q, k_scale=scale, v_scale=scale,
+                   draft_lens=P(None), tree_mask=P(None, None), draft_depths=P(None, None),
+                   lse=P(None, axis))
 
 
 def tp_shardings(mesh, axis="tp", *, q_rank: int = 3, scale_kind: str = "tensor") -> TPShardings:
@@ -115,20 +127,22 @@ def _check_axis(mesh, axis) -> None:
 
 def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwargs):
     """A function ``f(q, kv_cache, block_table, seq_lens, num_reqs=None, k_scale=None,
-    v_scale=None)`` running verify_attention per device under ``jax.shard_map`` over the head
-    axis ``axis``.
+    v_scale=None, draft_lens=None, tree_mask=None, draft_depths=None)`` running verify_attention
+    per device under ``jax.shard_map`` over the head axis ``axis``.
 
     Each device sees its local heads (``Hq / n`` and ``Hkv / n``) and runs the kernel on them;
     block_table, seq_lens and num_reqs are replicated, the output is head-sharded like q. FP8
     scales: per token (``[num_blocks, Hkv, 16]``) head-sharded like the cache, per tensor
     (scalars) replicated.
+    Draft operands are replicated; with ``return_lse=True`` (a static keyword) f returns
+    ``(out, lse)``, lse head-sharded too.
     static_kwargs: verify_attention's keyword arguments (scale, window, backend,
-    tokens_per_request, num_splits). Heads that do not divide the axis size are refused with a
+    tokens_per_request, num_splits, return_lse). Heads that do not divide the axis size are refused with a
     ValueError at trace time. The other mesh axes (if any) see replicated data.
     """
     from jax_muse_attn.attention import verify_attention
 
-    for name in ("num_reqs", "k_scale", "v_scale"):
+    for name in ("num_reqs", "k_scale", "v_scale", "draft_lens", "tree_mask", "draft_depths"):
         if name in static_kwargs:
             raise TypeError(f"verify_attention_shard_map: pass {name} to the returned function")
     _check_axis(mesh, axis)
@@ -136,7 +150,8 @@ def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwa
     specs = tp_specs(axis, q_rank=q_rank)
     per_device = functools.partial(verify_attention, **static_kwargs)
 
-    def f(q, kv_cache, block_table, seq_lens, num_reqs=None, k_scale=None, v_scale=None):
+    def f(q, kv_cache, block_table, seq_lens, num_reqs=None, k_scale=None, v_scale=None,
+          draft_lens=None, tree_mask=None, draft_depths=None):
         if getattr(q, "ndim", None) != q_rank:
             raise ValueError(f"verify_attention_shard_map: q must be rank {q_rank} (q_rank), "
                              f"got shape {getattr(q, 'shape', None)}")
@@ -150,20 +165,27 @@ def verify_attention_shard_map(mesh, axis="tp", *, q_rank: int = 3, **static_kwa
         if not static_nr:  # a traced scalar: replicated
             args.append(num_reqs)
             in_specs.append(specs.num_reqs)
-        scales = {}
+        keyword_args = {}  # name -> position in args
         for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
             if s is not None:  # verify_attention checks them (with the cache) per shard
                 rank = getattr(s, "ndim", None)
-                scales[name] = len(args)
+                keyword_args[name] = len(args)
                 args.append(s)
                 in_specs.append(_scale_spec(axis, "token" if rank == 3 else "tensor"))
+        for name, x in (("draft_lens", draft_lens), ("tree_mask", tree_mask),
+                        ("draft_depths", draft_depths)):
+            if x is not None:  # per request: replicated
+                keyword_args[name] = len(args)
+                args.append(x)
+                in_specs.append(P())
 
         def body(q, kv, bt, sl, *rest):
             nr = num_reqs if static_nr else rest[0]
-            kw = {name: rest[i - 4] for name, i in scales.items()}
+            kw = {name: rest[i - 4] for name, i in keyword_args.items()}
             return per_device(q, kv, bt, sl, num_reqs=nr, **kw)
 
-        return jax.shard_map(body, mesh=mesh, in_specs=tuple(in_specs), out_specs=specs.out,
+        out_specs = (specs.out, P(None, axis)) if static_kwargs.get("return_lse") else specs.out
+        return jax.shard_map(body, mesh=mesh, in_specs=tuple(in_specs), out_specs=out_specs,
                              check_vma=False)(*args)
 
     return f

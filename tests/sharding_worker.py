@@ -352,6 +352,158 @@ def _():
         jax.config.update("jax_use_shardy_partitioner", True)
 
 
+def draft_args(R, seed):
+    """Ragged counts (one request with none), random trees (junk bits past NQ) and depths."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, NQ + 1, size=R).astype(np.int32)
+    counts[0], counts[-1] = NQ, 0
+    mask = np.zeros((R, NQ), np.uint32)
+    depth = np.zeros((R, NQ), np.int32)
+    for r in range(R):
+        mask[r, 0] = 1
+        for t in range(1, NQ):
+            parent = rng.integers(0, t)
+            mask[r, t] = mask[r, parent] | (1 << t)
+            depth[r, t] = depth[r, parent] + 1
+    mask |= np.uint32(0xFF000000)
+    return jnp.asarray(counts), jnp.asarray(mask), jnp.asarray(depth)
+
+
+def tp_check_drafts(backend, tp=8, Hq=128, Hkv=16, window=40, R=3, q2d=False, fp8=None):
+    """Ragged drafts, a tree and lse under TP: out and lse bitwise equal to the unsharded call,
+    both head-sharded, no collectives; the draft operands replicated at the custom call."""
+    if fp8:
+        q, kv, bt, sl, ks, vs = case8(R, Hq, Hkv, fp8, seed=tp + Hq + 1)
+    else:
+        q, kv, bt, sl = case(R, Hq, Hkv, q2d=q2d, seed=tp + Hq + 1)
+        ks = vs = None
+    dl, tm, dd = draft_args(R, seed=tp)
+    kw = dict(scale=0.125, window=window, backend=backend, return_lse=True)
+    fn = lambda q, kv, bt, sl, nr, dl, tm, dd, ks, vs: jax_muse_attn.verify_attention(  # noqa: E731
+        q, kv, bt, sl, num_reqs=nr, draft_lens=dl, tree_mask=tm, draft_depths=dd, k_scale=ks,
+        v_scale=vs, **kw)
+    args = (q, kv, bt, sl, jnp.int32(R - 1), dl, tm, dd, ks, vs)
+    specs = sharding.tp_specs("tp", q_rank=q.ndim, scale_kind=fp8 or "tensor")
+    in_specs = (specs.q, specs.kv_cache, specs.block_table, specs.seq_lens, specs.num_reqs,
+                specs.draft_lens, specs.tree_mask, specs.draft_depths, specs.k_scale,
+                specs.v_scale)
+    if ks is None:
+        fn2 = lambda *a: fn(*a, None, None)  # noqa: E731
+        args, in_specs = args[:8], in_specs[:8]
+    else:
+        fn2 = fn
+    ref_out, ref_lse = jax.jit(fn2)(*args)
+    mesh = mesh_of(tp)
+    ins = tuple(NamedSharding(mesh, s) for s in in_specs)
+    outs = (NamedSharding(mesh, specs.out), NamedSharding(mesh, specs.lse))
+    jf = jax.jit(fn2, in_shardings=ins, out_shardings=outs)
+    compiled = jf.lower(*args).compile()
+    out, lse = compiled(*[jax.device_put(a, s) for a, s in zip(args, ins)])
+    bitwise(out, ref_out)
+    np.testing.assert_array_equal(np.asarray(lse), np.asarray(ref_lse))
+    assert np.isfinite(np.asarray(lse)).any() and np.isneginf(np.asarray(lse)[NQ * (R - 1):]).all()
+    assert out.sharding.spec[1] == "tp" and lse.sharding.spec[1] == "tp", (out.sharding, lse.sharding)
+    txt = compiled.as_text()
+    no_collectives(txt)
+    if backend == "ffi":
+        got = custom_call_operand_shapes(txt)
+        want_tail = [f"s32[{R}]", f"u32[{R},{NQ}]", f"s32[{R},{NQ}]"]
+        assert got and all(g[-3:] == want_tail for g in got), f"custom-call operands {got}"
+        assert all(g[0].startswith(f"bf16[{NQ * R},{Hq // tp}") for g in got), got
+        return f"custom call operands {got[0]}"
+    return "ok"
+
+
+for backend in ("reference", "ffi"):
+    check(f"tp8_drafts_{backend}")(functools.partial(tp_check_drafts, backend))
+    check(f"tp4_drafts_q2d_full_{backend}")(functools.partial(
+        tp_check_drafts, backend, tp=4, Hq=64, Hkv=8, window=None, q2d=True))
+    check(f"tp8_drafts_fp8_token_{backend}")(functools.partial(tp_check_drafts, backend,
+                                                               fp8="token"))
+
+
+@check("gspmd_tp8_drafts")
+def _():
+    jax.config.update("jax_use_shardy_partitioner", False)
+    try:
+        for backend in ("reference", "ffi"):
+            tp_check_drafts(backend)
+            tp_check_drafts(backend, tp=4, Hq=64, Hkv=8, q2d=True)
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", True)
+
+
+@check("shard_map_tp8_drafts")
+def _():
+    mesh = mesh_of(8)
+    q, kv, bt, sl = case(3, 128, 16, seed=11)
+    dl, tm, dd = draft_args(3, seed=5)
+    for backend in ("reference", "ffi"):
+        kw = dict(scale=0.125, window=40, backend=backend, return_lse=True)
+        f = sharding.verify_attention_shard_map(mesh, "tp", **kw)
+        ref = jax_muse_attn.verify_attention(q, kv, bt, sl, draft_lens=dl, tree_mask=tm,
+                                             draft_depths=dd, **kw)
+        sh = sharding.tp_shardings(mesh)
+        args = [jax.device_put(a, s) for a, s in zip((q, kv, bt, sl), sh)]
+        jf = jax.jit(lambda q, kv, bt, sl: f(q, kv, bt, sl, draft_lens=dl, tree_mask=tm,
+                                              draft_depths=dd))
+        out, lse = jf(*args)
+        bitwise(out, ref[0])
+        np.testing.assert_array_equal(np.asarray(lse), np.asarray(ref[1]))
+        no_collectives(jf.lower(*args).compile().as_text())
+
+
+@check("dp2_shard_map_tp4_drafts")
+def _():
+    # Drafts and lse inside shard_map over 'dp' with TP4 partitioned inside (the rules then see
+    # HLO tilings, and lse's sharding is built from q's).
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 4), ("dp", "tp"))
+    q, kv, bt, sl = case(4, 32, 4, seed=6)
+    dl, tm, dd = draft_args(4, seed=6)
+    for backend in ("reference", "ffi"):
+        vf = lambda q, kv, bt, sl, dl, tm, dd: jax_muse_attn.verify_attention(  # noqa: E731
+            q, kv, bt, sl, scale=0.125, window=40, backend=backend, draft_lens=dl, tree_mask=tm,
+            draft_depths=dd, return_lse=True)
+        f = jax.shard_map(vf, mesh=mesh, in_specs=(P("dp"), P(), P("dp"), P("dp"), P("dp"),
+                                                   P("dp"), P("dp")),
+                          out_specs=(P("dp"), P("dp")), axis_names={"dp"}, check_vma=False)
+        ins = (P("dp", "tp", None), P(None, "tp", None, None), P("dp"), P("dp"), P("dp"),
+               P("dp"), P("dp"))
+        shardings = tuple(NamedSharding(mesh, s) for s in ins)
+        jf = jax.jit(f, in_shardings=shardings)
+        args = (q, kv, bt, sl, dl, tm, dd)
+        compiled = jf.lower(*args).compile()
+        out, lse = compiled(*[jax.device_put(a, s) for a, s in zip(args, shardings)])
+        ref = vf(*args)
+        bitwise(out, ref[0])
+        np.testing.assert_array_equal(np.asarray(lse), np.asarray(ref[1]))
+        no_collectives(compiled.as_text())
+
+
+@check("vmap_tp8_drafts")
+def _():
+    mesh = mesh_of(8)
+    cases = [case(2, 128, 16, seed=s) for s in range(2)]
+    drafts = [draft_args(2, seed=s) for s in range(2)]
+    q, kv, bt, sl = (jnp.stack(x) for x in zip(*cases))
+    dl, tm, dd = (jnp.stack(x) for x in zip(*drafts))
+    for backend in ("reference", "ffi"):
+        one = lambda q, kv, bt, sl, dl, tm, dd: jax_muse_attn.verify_attention(  # noqa: E731
+            q, kv, bt, sl, scale=0.125, window=40, backend=backend, draft_lens=dl, tree_mask=tm,
+            draft_depths=dd, return_lse=True)
+        refs = [one(*c, *d) for c, d in zip(cases, drafts)]
+        ins = tuple(NamedSharding(mesh, s) for s in (P(None, None, "tp", None),
+                                                     P(None, None, "tp", None, None), P(), P(),
+                                                     P(), P(), P()))
+        jf = jax.jit(jax.vmap(one), in_shardings=ins)
+        args = (q, kv, bt, sl, dl, tm, dd)
+        compiled = jf.lower(*args).compile()
+        out, lse = compiled(*[jax.device_put(a, s) for a, s in zip(args, ins)])
+        bitwise(out, jnp.stack([r[0] for r in refs]))
+        np.testing.assert_array_equal(np.asarray(lse), np.stack([np.asarray(r[1]) for r in refs]))
+        no_collectives(compiled.as_text())
+
+
 def expect_error(fn, mesh, args, in_specs, *needles):
     try:
         sharded_run(fn, mesh, args, in_specs)
@@ -411,6 +563,25 @@ for backend in ("reference", "ffi"):
         mesh=Mesh(np.array(jax.devices()).reshape(4, 2), ("tp", "b"))))
 
 
+def error_check_drafts(backend, name):
+    q, kv, bt, sl = case(2, 128, 16)
+    dl, tm, dd = draft_args(2, seed=1)
+    fn = lambda q, kv, bt, sl, dl, tm, dd: jax_muse_attn.verify_attention(  # noqa: E731
+        q, kv, bt, sl, scale=0.125, backend=backend, draft_lens=dl, tree_mask=tm,
+        draft_depths=dd)
+    specs = sharding.tp_specs()
+    bad = {"tree_mask": (P(), P(None, "tp"), P()), "draft_depths": (P(), P(), P(None, "tp"))}[name]
+    return expect_error(fn, mesh_of(8), (q, kv, bt, sl, dl, tm, dd),
+                        (specs.q, specs.kv_cache, P(), P()) + bad, "verify_attention",
+                        f"{name} is sharded", "it must be replicated")
+
+
+for backend in ("reference", "ffi"):
+    for name in ("tree_mask", "draft_depths"):
+        check(f"error_{name}_sharded_{backend}")(functools.partial(error_check_drafts, backend,
+                                                                   name))
+
+
 @check("error_indivisible_heads")
 def _():
     # 16 q heads / 2 KV heads on 4 shards: jit refuses the kv_cache sharding itself...
@@ -446,6 +617,8 @@ def _():
     assert s.block_table == P(None, None) and s.seq_lens == P(None) and s.num_reqs == P()
     assert sharding.tp_specs("x", q_rank=2).q == P(None, "x")
     assert s.k_scale == s.v_scale == P()  # per-tensor scales: replicated
+    assert s.draft_lens == P(None) and s.tree_mask == s.draft_depths == P(None, None)
+    assert s.lse == P(None, "tp") and sharding.tp_specs("x", q_rank=2).lse == P(None, "x")
     t = sharding.tp_specs(scale_kind="token")
     assert t.k_scale == t.v_scale == P(None, "tp", None) and t[:6] == s[:6]
     try:

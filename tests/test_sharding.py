@@ -4,7 +4,8 @@ The checks run in one subprocess (tests/sharding_worker.py), since the host devi
 (XLA_FLAGS) must be set before jax initializes and the rest of the suite already imported it.
 Each test below asserts one of the worker's checks: TP8 (128/16 heads), TP4, TP2, full and SWA,
 traced num_reqs, 2-D q, GSPMD, the shard_map form, jax.vmap, both backends, FP8 caches with
-per-tensor and per-token scales; every sharded result bitwise
+per-tensor and per-token scales, ragged drafts, trees and lse (lse head-sharded like out, the
+draft operands replicated); every sharded result bitwise
 equal to the unsharded call, no collectives in the compiled HLO, local head counts at the
 custom call; and the refused shardings.
 """
@@ -42,6 +43,13 @@ CHECKS = [
         "block_table_sharded")),
     "error_indivisible_heads",
     "tp_specs",
+    *(f"{c}_{b}" for b in ("reference", "ffi") for c in (
+        "tp8_drafts", "tp4_drafts_q2d_full", "tp8_drafts_fp8_token", "error_tree_mask_sharded",
+        "error_draft_depths_sharded")),
+    "gspmd_tp8_drafts",
+    "shard_map_tp8_drafts",
+    "dp2_shard_map_tp4_drafts",
+    "vmap_tp8_drafts",
 ]
 
 

@@ -116,6 +116,17 @@ struct Inputs {
   const float* v_scale;
   const float* k_lut;
   const float* v_lut;
+  float* lse;  // [NQ*R, Hq], or nullptr when not returned
+};
+
+// One request's work: its key range and segments, the drafts it verifies and the tiles every
+// computed row sees whole (no mask there).
+struct RequestWork {
+  RequestGeometry g;      // built for `count` tokens: g.ctx = seq_len - count
+  int count;              // drafts verified: rows of tokens >= count are not computed
+  int whole_lo, whole_hi;
+  const DraftRow* tree;   // a tree's rows [NQ] (draft_key_is_visible), or nullptr for a chain
+  uint32_t read_bits;     // drafts whose slots are read (draft_slot_is_read): ~0u for a chain
 };
 
 // The dequantized values of the 256 bytes with one scale (the rule of muse_attn/fp8.h, as
@@ -202,12 +213,13 @@ MUSE_CPU_INLINE void stage_key(const Inputs& in, int64_t slot_index, int i, Scra
   }
 }
 
-// Stages one tile in fp32: keys of valid blocks inside [key_lo, seq_len); the other keys zero
-// and absent, their memory never touched. Returns whether every page of the tile names a block.
+// Stages one tile in fp32: keys of valid blocks inside [key_lo, seq_len) (of a tree, the draft
+// slots some row sees); the other keys zero and absent, their memory never touched. Returns
+// whether every page of the tile names a block.
 template <int D, KvFormat F>
 MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const RequestGeometry& g,
                                 const LivePages& live, const int32_t* table_row, int kvh,
-                                int tile, Scratch& sc) {
+                                int tile, uint32_t read_bits, Scratch& sc) {
   bool all_pages = true;
   for (int pg = 0; pg < kPagesPerTile; ++pg) {
     const int page = tile * kPagesPerTile + pg;
@@ -215,7 +227,8 @@ MUSE_CPU_INLINE bool stage_tile(const Problem& p, const Inputs& in, const Reques
     all_pages &= block >= 0;
     for (int slot = 0; slot < kPageSize; ++slot) {
       const int i = pg * kPageSize + slot, key = page * kPageSize + slot;
-      sc.present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len;
+      sc.present[i] = block >= 0 && key >= g.key_lo && key < g.seq_len &&
+                      draft_slot_is_read(key, g.ctx, read_bits);
       if (!sc.present[i]) {
         for (int d = 0; d < D; ++d) sc.kt[d * kTileKeys + i] = 0.0f;
         for (int d = 0; d < D; ++d) sc.v[i * D + d] = 0.0f;
@@ -245,6 +258,16 @@ MUSE_CPU_INLINE void mask_row(const bool* present, int first_key, int qpos, int 
                               float* s) {
   for (int i = 0; i < kTileKeys; ++i) {
     const bool visible = present[i] && key_is_visible(first_key + i, qpos, window);
+    const float score = s[i];
+    s[i] = visible ? score : neg_inf();
+  }
+}
+
+// The same for a tree row: context keys by the window, draft keys by the row's mask bits.
+MUSE_CPU_INLINE void mask_tree_row(const bool* present, int first_key, const DraftRow& row,
+                                   int ctx, float* s) {
+  for (int i = 0; i < kTileKeys; ++i) {
+    const bool visible = present[i] && draft_key_is_visible(row, ctx, first_key + i);
     const float score = s[i];
     s[i] = visible ? score : neg_inf();
   }
@@ -308,8 +331,9 @@ MUSE_CPU_INLINE void store_partials(const Problem& p, const Inputs& in, int grou
 
 // One segment of group (r, kvh): tiles [t0, t1) -> partials of the group's rows.
 template <int D, KvFormat F>
-MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const RequestGeometry& g,
+MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const RequestWork& w,
                                    int r, int kvh, int seg, Scratch& sc) {
+  const RequestGeometry& g = w.g;
   int t0, t1;
   segment_tiles(g, seg, &t0, &t1);
   const int rows = p.rows();
@@ -319,19 +343,23 @@ MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const Req
 
   const int32_t* table_row = in.table + r * p.table_row_stride;
   const LivePages live = LivePages::of(g, p.num_blocks);
-  int whole_lo, whole_hi;  // tiles every token sees whole: no mask there (as on the GPU)
-  whole_tiles(g.ctx, p.tokens, p.window, &whole_lo, &whole_hi);
+  const int whole_lo = w.whole_lo, whole_hi = w.whole_hi;  // no mask there (as on the GPU)
+  const int computed_rows = w.count * p.qpk;  // rows of tokens past the count stay empty
   for (int tile = t0; tile < t1; ++tile) {
-    const bool all_pages = stage_tile<D, F>(p, in, g, live, table_row, kvh, tile, sc);
+    const bool all_pages = stage_tile<D, F>(p, in, g, live, table_row, kvh, tile, w.read_bits, sc);
     // A whole tile with every page present has every key present and visible to every row
     // (keys of [key_lo, seq_len) by construction): the GPU kernel skips the mask there, and so
     // does this handler, so the tests check whole_tiles() against the oracle.
     const bool whole = all_pages && tile >= whole_lo && tile < whole_hi;
-    for (int row = 0; row < rows; ++row) {
+    for (int row = 0; row < computed_rows; ++row) {
       float s[kTileKeys], pb[kTileKeys];
       row_scores<D>(sc.q + row * D, sc.kt, p.scale_log2, s);
-      if (!whole)
-        mask_row(sc.present, tile * kTileKeys, token_position(g, row / p.qpk), p.window, s);
+      if (!whole) {
+        if (w.tree == nullptr)
+          mask_row(sc.present, tile * kTileKeys, token_position(g, row / p.qpk), p.window, s);
+        else
+          mask_tree_row(sc.present, tile * kTileKeys, w.tree[row / p.qpk], g.ctx, s);
+      }
       const float block_max = tile_max(s);
       SoftmaxState& state = sc.state[row];
       const float factor = state.absorb_max(block_max);
@@ -346,20 +374,20 @@ MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const Req
 // The split of one segment for a head dim and a cache format fixed at compile time (every
 // inner loop has a constant trip count), in the baseline ISA and, where the CPU has them,
 // AVX2 + FMA.
-using SplitSegment = void (*)(const Problem&, const Inputs&, const RequestGeometry&, int, int, int,
+using SplitSegment = void (*)(const Problem&, const Inputs&, const RequestWork&, int, int, int,
                               Scratch&);
 
 template <int D, KvFormat F>
-void split_segment_baseline(const Problem& p, const Inputs& in, const RequestGeometry& g, int r,
+void split_segment_baseline(const Problem& p, const Inputs& in, const RequestWork& w, int r,
                             int kvh, int seg, Scratch& sc) {
-  split_segment<D, F>(p, in, g, r, kvh, seg, sc);
+  split_segment<D, F>(p, in, w, r, kvh, seg, sc);
 }
 
 #if MUSE_CPU_AVX2_COPY
 template <int D, KvFormat F>
-MUSE_CPU_AVX2 void split_segment_avx2(const Problem& p, const Inputs& in, const RequestGeometry& g,
+MUSE_CPU_AVX2 void split_segment_avx2(const Problem& p, const Inputs& in, const RequestWork& w,
                                       int r, int kvh, int seg, Scratch& sc) {
-  split_segment<D, F>(p, in, g, r, kvh, seg, sc);
+  split_segment<D, F>(p, in, w, r, kvh, seg, sc);
 }
 #endif
 
@@ -387,7 +415,7 @@ SplitSegment pick_split_segment(int head_dim, KvFormat format) {
 
 constexpr int kMaxHeadDim = 128;
 
-// Combines the group's segments into its output rows (bf16).
+// Combines the group's segments into its output rows (bf16) and, when asked, their lse.
 void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, int r, int kvh) {
   const PartialsLayout lay = p.partials();
   const int group = r * p.num_kv_heads + kvh, d_dim = p.head_dim;
@@ -410,8 +438,10 @@ void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, i
       }
     }
     const float inv = safe_inverse(l_sum);
-    uint16_t* dst = in.out + ql.row_offset(r, kvh, row);
+    const int64_t offset = ql.row_offset(r, kvh, row);
+    uint16_t* dst = in.out + offset;
     for (int d = 0; d < d_dim; ++d) dst[d] = f32_to_bf16(acc[d] * inv);
+    if (in.lse != nullptr) in.lse[offset / d_dim] = row_lse(ms.m_max, l_sum);
   }
 }
 
@@ -456,6 +486,100 @@ struct Unit {
   int r, kvh, seg;
 };
 
+// The drafts target's extra operands (draft_kind kChain: none is read).
+struct DraftOperands {
+  const int32_t* draft_lens;  // [R]
+  const uint32_t* tree_mask;  // [R, NQ]
+  const int32_t* depths;      // [R, NQ]
+};
+
+ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::BufferR3<ffi::BF16> q,
+                                ffi::AnyBuffer kv_cache, ffi::BufferR2<ffi::S32> block_table,
+                                ffi::BufferR1<ffi::S32> seq_lens, ffi::BufferR0<ffi::S32> num_reqs,
+                                ffi::Buffer<ffi::F32> k_scale, ffi::Buffer<ffi::F32> v_scale,
+                                const DraftOperands& drafts, uint16_t* out, float* lse,
+                                uint16_t* part_o, float* part_ml) {
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: head dim must be 64 or "
+                                       "128, got " + std::to_string(p.head_dim));
+  Inputs in{q.typed_data(), kv_cache.untyped_data(), block_table.typed_data(),
+            part_o,         part_ml,                 out,
+            nullptr,        nullptr,                 nullptr,
+            nullptr,        lse};
+  float tables[2][256];
+  if (p.scale_kind == ScaleKind::kToken) {
+    in.k_scale = k_scale.typed_data();
+    in.v_scale = v_scale.typed_data();
+  } else if (p.scale_kind == ScaleKind::kTensor) {  // each scale read once, here
+    const bool fnuz = p.kv_format == KvFormat::kFp8E4m3fnuz;
+    dequantize_table(k_scale.typed_data()[0], fnuz, tables[0]);
+    dequantize_table(v_scale.typed_data()[0], fnuz, tables[1]);
+    in.k_lut = tables[0];
+    in.v_lut = tables[1];
+  }
+  const SplitSegment split = pick_split_segment(p.head_dim, p.kv_format);
+
+  // Requests at or past num_reqs are padding: no key, nothing read, zero rows. A request with
+  // no draft has no key either. Draft operands of padding requests are not read.
+  const int real = real_requests(p.num_reqs_static, num_reqs.typed_data(), p.num_requests);
+  const bool tree = p.draft_kind == DraftKind::kTree;
+  std::vector<RequestWork> work(p.num_requests);
+  std::vector<DraftRow> tree_rows(tree ? static_cast<size_t>(p.num_requests) * p.tokens : 0);
+  for (int r = 0; r < p.num_requests; ++r) {
+    RequestWork& w = work[r];
+    w.count = r >= real ? 0
+              : p.draft_kind == DraftKind::kChain
+                  ? p.tokens
+                  : clamp_draft_count(drafts.draft_lens[r], p.tokens);
+    const int seq_len = r < real && w.count > 0 ? seq_lens.typed_data()[r] : 0;
+    w.g = request_geometry(seq_len, p.capacity(), w.count, p.window, p.num_splits);
+    w.tree = nullptr;
+    w.read_bits = ~0u;
+    if (!tree) {
+      whole_tiles(w.g.ctx, w.count, p.window, &w.whole_lo, &w.whole_hi);
+      continue;
+    }
+    int depths[32];
+    int max_depth = 0;
+    for (int t = 0; t < w.count; ++t) {
+      depths[t] = clamp_draft_depth(drafts.depths[r * p.tokens + t], p.tokens);
+      max_depth = max_i(max_depth, depths[t]);
+    }
+    DraftRow* rows = tree_rows.data() + static_cast<size_t>(r) * p.tokens;
+    for (int t = 0; t < p.tokens; ++t)
+      rows[t] = t < w.count ? tree_draft_row(w.g.ctx, w.count, t, drafts.tree_mask[r * p.tokens + t],
+                                             depths, p.window)
+                            : dead_draft_row();
+    w.tree = rows;
+    w.read_bits = tree_read_bits(rows, w.count);
+    tree_whole_tiles(w.g.ctx, max_depth, p.window, &w.whole_lo, &w.whole_hi);
+  }
+
+  // Units in group order; a group without keys still gets one (its merge writes zero rows).
+  // pending[group]: its units not yet done; the one that finishes last merges the group.
+  std::vector<Unit> units;
+  std::unique_ptr<std::atomic<int>[]> pending(new std::atomic<int>[p.groups()]);
+  for (int r = 0; r < p.num_requests; ++r)
+    for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+      const int n = std::max(work[r].g.num_segments, 1);
+      pending[r * p.num_kv_heads + kvh].store(n, std::memory_order_relaxed);
+      for (int seg = 0; seg < n; ++seg) units.push_back(Unit{r, kvh, seg});
+    }
+  parallel_for(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
+    const Unit u = units[i];
+    const RequestWork& w = work[u.r];
+    if (u.seg < w.g.num_segments) {
+      Scratch& sc = thread_scratch();
+      sc.fit(p.rows(), p.head_dim);
+      split(p, in, w, u.r, u.kvh, u.seg, sc);
+    }
+    // acq_rel: the merging thread sees every partial the group's other units wrote.
+    if (pending[u.r * p.num_kv_heads + u.kvh].fetch_sub(1, std::memory_order_acq_rel) == 1)
+      merge_group(p, in, w.g, u.r, u.kvh);
+  });
+  return ffi::Error::Success();
+}
+
 ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
                                 ffi::BufferR3<ffi::BF16> q,          // [NQ*R, Hq, D]
                                 ffi::AnyBuffer kv_cache,             // [blocks, Hkv, 16, 2D]
@@ -481,56 +605,41 @@ ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
   status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
                            kv_format, scale_kind, &p);
   if (status.failure()) return status;
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: head dim must be 64 or "
-                                       "128, got " + std::to_string(p.head_dim));
-  Inputs in{q.typed_data(),       kv_cache.untyped_data(), block_table.typed_data(),
-            part_o->typed_data(), part_ml->typed_data(),   out->typed_data(),
-            nullptr,              nullptr,                 nullptr,
-            nullptr};
-  float tables[2][256];
-  if (p.scale_kind == ScaleKind::kToken) {
-    in.k_scale = k_scale.typed_data();
-    in.v_scale = v_scale.typed_data();
-  } else if (p.scale_kind == ScaleKind::kTensor) {  // each scale read once, here
-    const bool fnuz = p.kv_format == KvFormat::kFp8E4m3fnuz;
-    dequantize_table(k_scale.typed_data()[0], fnuz, tables[0]);
-    dequantize_table(v_scale.typed_data()[0], fnuz, tables[1]);
-    in.k_lut = tables[0];
-    in.v_lut = tables[1];
-  }
-  const SplitSegment split = pick_split_segment(p.head_dim, p.kv_format);
+  return run_verify_attention(pool, p, q, kv_cache, block_table, seq_lens, num_reqs, k_scale,
+                              v_scale, DraftOperands{nullptr, nullptr, nullptr},
+                              out->typed_data(), nullptr, part_o->typed_data(),
+                              part_ml->typed_data());
+}
 
-  // Requests at or past num_reqs are padding: no key, nothing read, zero rows.
-  const int real = real_requests(p.num_reqs_static, num_reqs.typed_data(), p.num_requests);
-  std::vector<RequestGeometry> geometry(p.num_requests);
-  for (int r = 0; r < p.num_requests; ++r)
-    geometry[r] = request_geometry(r < real ? seq_lens.typed_data()[r] : 0, p.capacity(),
-                                   p.tokens, p.window, p.num_splits);
-
-  // Units in group order; a group without keys still gets one (its merge writes zero rows).
-  // pending[group]: its units not yet done; the one that finishes last merges the group.
-  std::vector<Unit> units;
-  std::unique_ptr<std::atomic<int>[]> pending(new std::atomic<int>[p.groups()]);
-  for (int r = 0; r < p.num_requests; ++r)
-    for (int kvh = 0; kvh < p.num_kv_heads; ++kvh) {
-      const int n = std::max(geometry[r].num_segments, 1);
-      pending[r * p.num_kv_heads + kvh].store(n, std::memory_order_relaxed);
-      for (int seg = 0; seg < n; ++seg) units.push_back(Unit{r, kvh, seg});
-    }
-  parallel_for(pool, static_cast<int64_t>(units.size()), [&](int64_t i) {
-    const Unit u = units[i];
-    const RequestGeometry& g = geometry[u.r];
-    if (u.seg < g.num_segments) {
-      Scratch& sc = thread_scratch();
-      sc.fit(p.rows(), p.head_dim);
-      split(p, in, g, u.r, u.kvh, u.seg, sc);
-    }
-    // acq_rel: the merging thread sees every partial the group's other units wrote.
-    if (pending[u.r * p.num_kv_heads + u.kvh].fetch_sub(1, std::memory_order_acq_rel) == 1)
-      merge_group(p, in, g, u.r, u.kvh);
-  });
-  return ffi::Error::Success();
+ffi::Error verify_attention_drafts_cpu(
+    ffi::ThreadPool pool, ffi::BufferR3<ffi::BF16> q, ffi::AnyBuffer kv_cache,
+    ffi::BufferR2<ffi::S32> block_table, ffi::BufferR1<ffi::S32> seq_lens,
+    ffi::BufferR0<ffi::S32> num_reqs, ffi::Buffer<ffi::F32> k_scale,
+    ffi::Buffer<ffi::F32> v_scale, ffi::BufferR1<ffi::S32> draft_lens,
+    ffi::BufferR2<ffi::U32> tree_mask, ffi::BufferR2<ffi::S32> draft_depths,
+    ffi::ResultBufferR3<ffi::BF16> out, ffi::ResultBufferR2<ffi::F32> lse,
+    ffi::ResultBufferR4<ffi::BF16> part_o, ffi::ResultBufferR4<ffi::F32> part_ml, float scale,
+    int32_t window, int32_t tokens, int32_t num_splits, int32_t num_reqs_static,
+    int32_t /*split_kernel*/, int32_t /*merge_warps*/, int32_t /*merge_pdl*/,
+    int32_t /*merge_by_lane*/, int32_t kv_format, int32_t scale_kind, int32_t draft_kind,
+    int32_t return_lse) {
+  Problem p{};
+  ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
+                                   seq_lens.dimensions(), part_o->dimensions(),
+                                   part_ml->dimensions(), scale, window, tokens, num_splits,
+                                   num_reqs_static, &p);
+  if (status.failure()) return status;
+  status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
+                           kv_format, scale_kind, &p);
+  if (status.failure()) return status;
+  status = check_drafts(draft_lens.dimensions(), tree_mask.dimensions(),
+                        draft_depths.dimensions(), lse->dimensions(), draft_kind, return_lse, &p);
+  if (status.failure()) return status;
+  return run_verify_attention(
+      pool, p, q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
+      DraftOperands{draft_lens.typed_data(), tree_mask.typed_data(), draft_depths.typed_data()},
+      out->typed_data(), p.return_lse ? lse->typed_data() : nullptr, part_o->typed_data(),
+      part_ml->typed_data());
 }
 
 }  // namespace
@@ -540,3 +649,6 @@ ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
 XLA_FFI_DEFINE_HANDLER_SYMBOL(
     MuseVerifyAttentionCpu, muse_attn::verify_attention_cpu,
     muse_attn::bind_verify_attention(xla::ffi::Ffi::Bind().Ctx<xla::ffi::ThreadPool>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(
+    MuseVerifyAttentionDraftsCpu, muse_attn::verify_attention_drafts_cpu,
+    muse_attn::bind_verify_attention_drafts(xla::ffi::Ffi::Bind().Ctx<xla::ffi::ThreadPool>()));

@@ -5,6 +5,8 @@
 #ifndef MUSE_ATTN_MASK_H_
 #define MUSE_ATTN_MASK_H_
 
+#include <cstdint>
+
 #include "muse_attn/geometry.h"
 #include "muse_attn/host_device.h"
 
@@ -29,6 +31,102 @@ MUSE_HD void whole_tiles(int ctx, int num_tokens, int window, int* lo, int* hi) 
   const int last_lo = first_visible_key(ctx + num_tokens - 1, window);
   *lo = ceil_div(last_lo, kTileKeys);
   *hi = ctx >= 0 ? (ctx + 1) / kTileKeys : 0;
+}
+
+// ------------------------------------------------------------------------ drafts and trees
+// A request may verify n <= NQ drafts (draft_lens) whose K/V are its last n key slots: the
+// context is ctx = seq_len - n keys, draft j sits in slot ctx + j. In a chain, draft t is at
+// position ctx + t and sees the keys at or before it. In a tree (tree_mask, draft_depths), draft
+// t is at position ctx + depth_t and sees every context key and the drafts j whose bit j is set
+// in its mask row (its own bit included only when set). A window applies by position to both:
+// qpos - kpos < window. A draft whose own slot is negative (seq_len < n: its K/V are not in the
+// cache) sees nothing, as a chain token with qpos < 0. Run-time values are clamped here, so a
+// kernel may pass what it finds in memory.
+
+// The draft count of a request: draft_lens[r] clamped to [0, tokens].
+MUSE_HD int clamp_draft_count(int raw, int tokens) { return raw < 0 ? 0 : raw > tokens ? tokens : raw; }
+
+// A draft's depth: draft_depths[r, t] clamped to [0, tokens - 1].
+MUSE_HD int clamp_draft_depth(int raw, int tokens) {
+  return raw < 0 ? 0 : raw > tokens - 1 ? tokens - 1 : raw;
+}
+
+// Bits [0, n) of a mask word (n in [0, 32]).
+MUSE_HD uint32_t low_bits(int n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1u; }
+
+// What one draft row sees, computed once a row; draft_key_is_visible() then tests a key.
+struct DraftRow {
+  int key_lo;           // first context key it sees (window by position), >= 0
+  int key_hi;           // one past the last context key it sees: ctx, or 0 for a dead row
+  uint32_t draft_bits;  // bit j: it sees draft j (slot ctx + j)
+};
+
+// A row that sees nothing (past the request's count, or a draft whose own slot is negative).
+MUSE_HD DraftRow dead_draft_row() { return DraftRow{0, 0, 0u}; }
+
+// Row t of a tree: tree_bits = tree_mask[r, t] as found in memory; depths[j] the request's
+// clamped depths (only j < count is read). ctx may be negative.
+MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, const int* depths,
+                                int window) {
+  if (t >= count || ctx + t < 0) return dead_draft_row();
+  const int depth = depths[t];
+  const int qpos = ctx + depth;
+  DraftRow row;
+  row.key_lo = first_visible_key(qpos, window);
+  row.key_hi = ctx;
+  // Drafts that exist (j < count, slot ctx + j >= 0) and, with a window, lie inside it.
+  uint32_t bits = tree_bits & low_bits(count) & ~low_bits(-ctx);
+  if (window > 0)
+    for (int j = 0; j < count; ++j)
+      if (depth - depths[j] >= window) bits &= ~(1u << j);
+  row.draft_bits = bits;
+  return row;
+}
+
+// Row t of a chain of count drafts: the tree of the causal mask (bits j <= t) at depth = row.
+MUSE_HD DraftRow chain_draft_row(int ctx, int count, int t, int window) {
+  if (t >= count || ctx + t < 0) return dead_draft_row();
+  const int qpos = ctx + t;
+  DraftRow row;
+  row.key_lo = first_visible_key(qpos, window);
+  row.key_hi = ctx;
+  uint32_t bits = low_bits(t + 1) & ~low_bits(-ctx);
+  if (window > 0 && t + 1 > window) bits &= ~low_bits(t + 1 - window);
+  row.draft_bits = bits;
+  return row;
+}
+
+// Whether the row sees key slot `key` (>= 0) of a request with ctx context keys. Keys at or past
+// ctx + count are never visible (their bits are clear), so neither are slots past seq_len.
+MUSE_HD bool draft_key_is_visible(const DraftRow& row, int ctx, int key) {
+  if (key < ctx) return key >= row.key_lo && key < row.key_hi;
+  const unsigned j = static_cast<unsigned>(key - ctx);
+  return j < 32u && ((row.draft_bits >> j) & 1u) != 0u;
+}
+
+// The drafts a tree reads: those some row sees (bits OR-ed over the request's rows). A draft
+// slot no row sees is never read, so garbage there cannot reach the output. A slot one row sees
+// is read for the whole request, as every key of a chain is: there a NaN reaches every row.
+MUSE_HD uint32_t tree_read_bits(const DraftRow* rows, int num_rows) {
+  uint32_t bits = 0u;
+  for (int t = 0; t < num_rows; ++t) bits |= rows[t].draft_bits;
+  return bits;
+}
+
+// Whether key slot `key` of [key_lo, seq_len) is read: a context key, or a draft in read_bits
+// (a chain reads every draft: ~0u).
+MUSE_HD bool draft_slot_is_read(int key, int ctx, uint32_t read_bits) {
+  if (key < ctx) return true;
+  const unsigned j = static_cast<unsigned>(key - ctx);
+  return j >= 32u || ((read_bits >> j) & 1u) != 0u;
+}
+
+// Tiles [*lo, *hi) of 64 keys that every live row of a tree sees whole: context keys only (a
+// draft key depends on the row's mask) and inside the window of the row at the greatest depth.
+// max_depth: the largest clamped depth among the live rows. Empty when ctx < 64.
+MUSE_HD void tree_whole_tiles(int ctx, int max_depth, int window, int* lo, int* hi) {
+  *lo = ceil_div(first_visible_key(ctx + max_depth, window), kTileKeys);
+  *hi = ctx > 0 ? ctx / kTileKeys : 0;
 }
 
 }  // namespace muse_attn

@@ -18,6 +18,13 @@ namespace muse_attn {
 
 namespace ffi = ::xla::ffi;
 
+// What the drafts target's draft operands say (attribute draft_kind).
+enum class DraftKind : int32_t {
+  kChain = 0,   // every request verifies NQ tokens in a chain; no draft operand is read
+  kRagged = 1,  // a chain of draft_lens[r] tokens; draft_lens is read
+  kTree = 2,    // draft_lens, tree_mask and draft_depths are read
+};
+
 struct Problem {
   int num_requests;     // R: requests of the compiled bucket (q rows / tokens)
   int tokens;           // NQ: new tokens a request
@@ -34,6 +41,8 @@ struct Problem {
   float scale_log2;     // scale * log2(e)
   KvFormat kv_format;   // bf16 or an FP8 (muse_attn/fp8.h)
   ScaleKind scale_kind;  // FP8: the K / V scales per tensor or per (block, head, slot)
+  DraftKind draft_kind;  // which draft operands are read (drafts target only)
+  bool return_lse;       // the lse result is written (drafts target only)
 
   int rows() const { return tokens * qpk; }  // output rows of a group
   int groups() const { return num_requests * num_kv_heads; }
@@ -139,6 +148,40 @@ inline ffi::Error check_kv_format(ffi::DataType kv_dtype, ffi::Span<const int64_
   return ffi::Error::Success();
 }
 
+// The drafts target's extra operands against the problem: draft_lens [R] (kRagged, kTree),
+// tree_mask and draft_depths [R, NQ] (kTree), unread and of any shape otherwise; the lse result
+// [NQ*R, Hq] when return_lse, else unwritten and of any shape.
+inline ffi::Error check_drafts(ffi::Span<const int64_t> draft_lens,
+                               ffi::Span<const int64_t> tree_mask,
+                               ffi::Span<const int64_t> draft_depths,
+                               ffi::Span<const int64_t> lse, int32_t draft_kind,
+                               int32_t return_lse, Problem* p) {
+  auto bad = [](std::string what) {
+    return ffi::Error::InvalidArgument("jax_muse_attn verify_attention: " + what);
+  };
+  if (draft_kind < 0 || draft_kind > 2)
+    return bad("draft_kind must be 0, 1 or 2, got " + std::to_string(draft_kind));
+  if (return_lse != 0 && return_lse != 1)
+    return bad("return_lse must be 0 or 1, got " + std::to_string(return_lse));
+  if (p->tokens > 32) return bad("tree masks hold at most 32 tokens a request");
+  if (draft_kind >= 1 && (draft_lens.size() != 1 || draft_lens[0] != p->num_requests))
+    return bad("draft_lens must be [" + std::to_string(p->num_requests) + "], got " +
+               dims_str(draft_lens));
+  if (draft_kind == 2)
+    for (ffi::Span<const int64_t> d : {tree_mask, draft_depths})
+      if (d.size() != 2 || d[0] != p->num_requests || d[1] != p->tokens)
+        return bad("tree_mask and draft_depths must be [" + std::to_string(p->num_requests) +
+                   ", " + std::to_string(p->tokens) + "], got " + dims_str(tree_mask) + " and " +
+                   dims_str(draft_depths));
+  if (return_lse == 1 && (lse.size() != 2 || lse[0] != int64_t{p->num_requests} * p->tokens ||
+                          lse[1] != p->num_q_heads))
+    return bad("lse must be [NQ*R, Hq] = [" + std::to_string(p->num_requests * p->tokens) +
+               ", " + std::to_string(p->num_q_heads) + "], got " + dims_str(lse));
+  p->draft_kind = static_cast<DraftKind>(draft_kind);
+  p->return_lse = return_lse == 1;
+  return ffi::Error::Success();
+}
+
 // The operands, results and attributes every platform's handler binds, in order, after any
 // platform context (e.g. the GPU stream) already on `binding`.
 template <typename Binding>
@@ -165,6 +208,40 @@ auto bind_verify_attention(Binding binding) {
       .template Attr<int32_t>("merge_by_lane")             // 1: a segment weighed on one lane
       .template Attr<int32_t>("kv_format")                 // muse_attn::KvFormat
       .template Attr<int32_t>("scale_kind");               // muse_attn::ScaleKind
+}
+
+// The drafts target (ragged drafts, trees, lse): bind_verify_attention's operands with three
+// more after v_scale, an lse result after out, and two more attributes. The chain call keeps
+// the target above, so the fast default passes nothing it does not read.
+template <typename Binding>
+auto bind_verify_attention_drafts(Binding binding) {
+  return std::move(binding).template Arg<ffi::BufferR3<ffi::BF16>>()  // q [NQ*R, Hq, D]
+      .template Arg<ffi::AnyBuffer>()                      // kv_cache [blocks, Hkv, 16, 2D]: bf16 or fp8
+      .template Arg<ffi::BufferR2<ffi::S32>>()             // block_table [>=R, P]
+      .template Arg<ffi::BufferR1<ffi::S32>>()             // seq_lens [>=R]
+      .template Arg<ffi::BufferR0<ffi::S32>>()             // num_reqs: real requests
+      .template Arg<ffi::Buffer<ffi::F32>>()               // k_scale: [] or [blocks, Hkv, 16]
+      .template Arg<ffi::Buffer<ffi::F32>>()               // v_scale: likewise
+      .template Arg<ffi::BufferR1<ffi::S32>>()             // draft_lens [R] (draft_kind >= 1)
+      .template Arg<ffi::BufferR2<ffi::U32>>()             // tree_mask [R, NQ] (draft_kind 2)
+      .template Arg<ffi::BufferR2<ffi::S32>>()             // draft_depths [R, NQ] (draft_kind 2)
+      .template Ret<ffi::BufferR3<ffi::BF16>>()            // out, like q
+      .template Ret<ffi::BufferR2<ffi::F32>>()             // lse [NQ*R, Hq] (return_lse)
+      .template Ret<ffi::BufferR4<ffi::BF16>>()            // partial o [R*Hkv, S, rows, D] bf16
+      .template Ret<ffi::BufferR4<ffi::F32>>()             // partial (m, l) [R*Hkv, S, rows, 2]
+      .template Attr<float>("scale")
+      .template Attr<int32_t>("window")
+      .template Attr<int32_t>("tokens_per_request")
+      .template Attr<int32_t>("num_splits")
+      .template Attr<int32_t>("num_reqs_static")
+      .template Attr<int32_t>("split_kernel")
+      .template Attr<int32_t>("merge_warps")
+      .template Attr<int32_t>("merge_pdl")
+      .template Attr<int32_t>("merge_by_lane")
+      .template Attr<int32_t>("kv_format")
+      .template Attr<int32_t>("scale_kind")
+      .template Attr<int32_t>("draft_kind")                // muse_attn::DraftKind
+      .template Attr<int32_t>("return_lse");               // 1: lse is written
 }
 
 }  // namespace muse_attn

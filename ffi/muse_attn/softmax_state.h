@@ -76,6 +76,24 @@ struct MergeState {
 // 1/l, or 0 for a row that saw no key (so the row is exactly zero, never NaN).
 MUSE_HD float safe_inverse(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
 
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+MUSE_HD float log2_f32(float x) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+  return log2f(x);
+#else
+  return std::log2(x);
+#endif
+}
+
+// The natural log-sum-exp of a row from its merged (m_max, l_sum) in the exp2 domain:
+// ln(sum exp(scale * q.k)) = (m_max + log2(l_sum)) * ln 2; -inf for a row that saw no key
+// (l_sum == 0), NaN where l_sum is (a score that overflowed).
+MUSE_HD float row_lse(float m_max, float l_sum) {
+  if (l_sum > 0.0f) return (m_max + log2_f32(l_sum)) * kLn2;
+  return l_sum == 0.0f ? neg_inf() : l_sum;
+}
+
 }  // namespace muse_attn
 
 #endif  // MUSE_ATTN_SOFTMAX_STATE_H_
