@@ -12,9 +12,11 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCpu);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionDraftsCpu);
 #if defined(MUSE_ATTN_WITH_CUDA)
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionDraftsCuda);
 #endif
 #if defined(MUSE_ATTN_WITH_HIP)
 XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionRocm);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(MuseVerifyAttentionDraftsRocm);
 #endif
 
 // The device clock for benchmarks (cpu/device_clock_cpu.cc, gpu/device_clock_gpu.cc): operand

@@ -41,10 +41,16 @@ NB_MODULE(_muse_attn, m) {
 #endif
     return d;
   });
-  // The drafts target (ragged drafts, trees, lse): the CPU handler only, so far.
+  // The drafts target (ragged drafts, trees, lse).
   m.def("drafts_registrations", []() {
     nb::dict d;
     d["cpu"] = encapsulate_handler(MuseVerifyAttentionDraftsCpu);
+#if defined(MUSE_ATTN_WITH_CUDA)
+    d["CUDA"] = encapsulate_handler(MuseVerifyAttentionDraftsCuda);
+#endif
+#if defined(MUSE_ATTN_WITH_HIP)
+    d["ROCM"] = encapsulate_handler(MuseVerifyAttentionDraftsRocm);
+#endif
     return d;
   });
   m.def("clock_registrations", []() {
@@ -63,9 +69,9 @@ NB_MODULE(_muse_attn, m) {
       [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
          int window, const std::string& vendor, int multiprocessors, int compute_major,
          int warp_size, bool merge_can_wait, bool has_two_pairs, int num_splits,
-         const std::string& overrides, bool kv_fp8) {
+         const std::string& overrides, bool kv_fp8, bool drafts) {
         const CallShape shape{head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages,
-                              window, kv_fp8};
+                              window, kv_fp8, drafts};
         Device device;
         if (vendor == "cpu") device.vendor = Vendor::kCpu;
         else if (vendor == "nvidia") device.vendor = Vendor::kNvidia;
@@ -94,7 +100,7 @@ NB_MODULE(_muse_attn, m) {
       nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("vendor"),
       nb::arg("multiprocessors"), nb::arg("compute_major"), nb::arg("warp_size"),
       nb::arg("merge_can_wait"), nb::arg("has_two_pairs"), nb::arg("num_splits"),
-      nb::arg("overrides"), nb::arg("kv_fp8") = false);
+      nb::arg("overrides"), nb::arg("kv_fp8") = false, nb::arg("drafts") = false);
 #if defined(MUSE_ATTN_WITH_CUDA) || defined(MUSE_ATTN_WITH_HIP)
   m.def(
       "gpu_device",

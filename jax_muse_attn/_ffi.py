@@ -96,7 +96,8 @@ def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: 
         shapes.head_dim, shapes.tokens, shapes.num_q_heads, shapes.num_kv_heads,
         shapes.num_requests, shapes.pages, shapes.window, d["vendor"], d["multiprocessors"],
         d["compute_major"], d["warp_size"], d["merge_can_wait"], d["has_two_pairs"],
-        int(num_splits), overrides, shapes.kv_dtype != "bfloat16"))
+        int(num_splits), overrides, shapes.kv_dtype != "bfloat16",
+        getattr(shapes, "drafts", "chain") != "chain" or bool(getattr(shapes, "lse", False))))
 
 
 # The launch plan's split kernels in the handlers' numbering (gpu::SplitKernel).

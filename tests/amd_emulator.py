@@ -31,7 +31,8 @@ DEVICES = {
 }
 SCHEDULES = {"lockstep": 0, "wave_serial": 1}
 SOURCES = [os.path.join(FFI, "gpu", f) for f in (
-    "split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "merge_kernel.cu.cc")] + [
+    "split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "split_kernel_drafts.cu.cc",
+    "merge_kernel.cu.cc")] + [
     os.path.join(FFI, "gpu", "emu", f) for f in ("emulator.cc", "entry.cc")]
 PROBES = os.path.join(ROOT, "tests", "emu_probes.cc")  # kernels with planted bugs
 RUN_CASE = os.path.join(FFI, "gpu", "emu", "run_case.cc")
@@ -109,7 +110,10 @@ class _Call(ctypes.Structure):
                 ("merge_warps", ctypes.c_int), ("merge_by_lane", ctypes.c_int),
                 ("schedule", ctypes.c_int), ("seed", ctypes.c_uint64),
                 ("k_scale", ctypes.c_void_p), ("v_scale", ctypes.c_void_p),
-                ("kv_format", ctypes.c_int), ("scale_kind", ctypes.c_int)]
+                ("kv_format", ctypes.c_int), ("scale_kind", ctypes.c_int),
+                ("draft_lens", ctypes.c_void_p), ("tree_mask", ctypes.c_void_p),
+                ("draft_depths", ctypes.c_void_p), ("lse", ctypes.c_void_p),
+                ("draft_kind", ctypes.c_int)]
 
 
 KV_FORMATS = {"bfloat16": 0, "float8_e4m3fn": 1, "float8_e4m3fnuz": 2}
@@ -142,12 +146,15 @@ class Emulator:
         self.mfma_k = self.lib.muse_emu_mfma_k()
 
     def run(self, q, kv, table, seq_lens, *, scale, tokens, window=None, num_reqs=None,
-            traced_num_reqs=False, plan, schedule="lockstep", seed=1, k_scale=None, v_scale=None):
-        """out (bf16 bits as uint16, q's shape) of one call; q: bf16 (any dtype with 2-byte
-        items); kv: bf16 likewise, or float8_e4m3fn / float8_e4m3fnuz with k_scale and v_scale;
-        plan: a launch_plan() dict."""
+            traced_num_reqs=False, plan, schedule="lockstep", seed=1, k_scale=None, v_scale=None,
+            draft_lens=None, tree_mask=None, draft_depths=None, return_lse=False):
+        """out (bf16 bits as uint16, q's shape) of one call, and its lse (float32 [rows, Hq])
+        with return_lse; q: bf16 (any dtype with 2-byte items); kv: bf16 likewise, or
+        float8_e4m3fn / float8_e4m3fnuz with k_scale and v_scale; draft_lens [R] (a ragged
+        chain), with tree_mask and draft_depths [R, tokens] (a tree: all three); plan: a
+        launch_plan() dict."""
         q = np.ascontiguousarray(np.asarray(q)).view(np.uint16)
-        kv, fmt, kind, ks, vs = _kv_operands(kv, k_scale, v_scale)
+        kv, fmt, scale_kind, ks, vs = _kv_operands(kv, k_scale, v_scale)
         table = np.ascontiguousarray(table, np.int32)
         seq_lens = np.ascontiguousarray(seq_lens, np.int32)
         rows, hq, d = q.reshape(q.shape[0], -1, kv.shape[3] // 2).shape
@@ -159,17 +166,22 @@ class Emulator:
         part_o = np.full((groups, splits, grows, d), 0xFFFF, np.uint16)
         part_ml = np.full((groups, splits, grows, 2), np.nan, np.float32)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+        kind = 0 if draft_lens is None else 1 if tree_mask is None else 2
+        dl = np.ascontiguousarray(draft_lens if draft_lens is not None else np.zeros(1), np.int32)
+        tm = np.ascontiguousarray(tree_mask if tree_mask is not None else np.zeros(1), np.uint32)
+        dd = np.ascontiguousarray(draft_depths if draft_depths is not None else np.zeros(1), np.int32)
+        lse = np.full((rows, hq), np.nan, np.float32)  # NaN until written
         call = _Call(ptr(q), ptr(kv), ptr(table), ptr(seq_lens), ptr(nr), ptr(out), ptr(part_o),
                      ptr(part_ml), kv.shape[0], table.shape[1], R, tokens, hq, hkv, d,
                      table.shape[1], window or 0, splits,
                      -1 if traced_num_reqs else int(nr[0]), scale,
                      SPLIT_KERNELS.index(plan["split_kernel"]), plan["merge_warps"],
                      int(plan["merge_by_lane"]), SCHEDULES[schedule], seed, ptr(ks), ptr(vs), fmt,
-                     kind)
+                     scale_kind, ptr(dl), ptr(tm), ptr(dd), ptr(lse) if return_lse else None, kind)
         err = ctypes.create_string_buffer(2048)
         if self.lib.muse_emu_verify_attention(ctypes.byref(call), err, len(err)) != 0:
             raise EmulatorError(err.value.decode())
-        return out
+        return (out, lse) if return_lse else out
 
     def mfma(self, a_words, b_words, c):
         """D registers [64, 4] of one MFMA of lane registers a, b ([64, K / 8] uint32) and c."""

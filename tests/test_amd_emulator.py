@@ -243,6 +243,74 @@ def test_fp8_cache_staged(emu_staged, name, fmt, kind):
 
 
 # ---- the emulator's checks (tests/emu_probes.cc: a planted bug each) ------------------------------
+# ---- the drafts target (ragged drafts, trees, lse; split_kernel_drafts.cu.cc) -------------------
+def _trees(rng, r, nq):
+    """Random trees as tests/test_drafts.py draws them: draft t > 0 under an earlier one, a row's
+    bits its ancestors and itself, junk bits past nq."""
+    mask, depth = np.zeros((r, nq), np.uint64), np.zeros((r, nq), np.int64)
+    for i in range(r):
+        mask[i, 0] = 1
+        for t in range(1, nq):
+            parent = int(rng.integers(0, t))
+            mask[i, t] = mask[i, parent] | (1 << t)
+            depth[i, t] = depth[i, parent] + 1
+    mask |= (rng.integers(0, 2**32, size=(r, nq), dtype=np.uint64) >> nq) << nq
+    return mask.astype(np.uint32), depth.astype(np.int32)
+
+
+def check_drafts(emu, c, schedule, what, **drafts):
+    """A drafts-target call (lse asked for) against the float64 oracle: out and lse."""
+    import oracle
+    shapes = _validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=c.window,
+                                    tokens_per_request=c.NQ, **c.scales())
+    shapes = _validate.check_drafts(shapes, *(None if drafts.get(k) is None else jnp.asarray(drafts[k])
+                                              for k in ("draft_lens", "tree_mask", "draft_depths")),
+                                    True)
+    plan = _ffi.launch_plan(shapes, "ROCM", 0, "", device=ae.DEVICES[emu.target])
+    assert plan["split_kernel"] == "per_tile", plan
+    out, lse = emu.run(c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ, window=c.window,
+                       num_reqs=c.num_reqs, plan=plan, schedule=schedule, return_lse=True, **drafts)
+    want, want_lse = oracle.verify_attention_drafts(
+        c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, window=c.window, num_reqs=c.num_reqs,
+        tokens_per_request=c.NQ, k_scale=c.k_scale_np, v_scale=c.v_scale_np, **drafts)
+    assert_close(jnp.asarray(as_f64(out, c.q.shape), jnp.bfloat16), want, q_shape=c.q.shape,
+                 what=f"{emu.target} {schedule} {what}")
+    want_lse = np.asarray(want_lse, np.float64)
+    assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse)), what
+    fin = np.isfinite(want_lse)
+    np.testing.assert_allclose(lse[fin], want_lse[fin], rtol=0, atol=2e-3, err_msg=what)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("window", [None, 3, 100])
+def test_drafts_ragged_trees_and_lse(emu, schedule, window):
+    """Ragged counts (0 and NQ among them, and one past the context), trees with windows and
+    junk bits, and lse, on both targets against the oracle; NaN-poisoned unread slots as ever."""
+    rng = np.random.default_rng(21)
+    c = make_case(rng, 4, [700, 37, 5, 260], P=48, window=window)
+    counts = np.array([3, 0, 8, 8], np.int32)
+    check_drafts(emu, c, schedule, f"ragged w{window}", draft_lens=counts)
+    check_drafts(emu, c, schedule, f"chain lse w{window}")
+    mask, depth = _trees(rng, 4, c.NQ)
+    check_drafts(emu, c, schedule, f"tree w{window}", draft_lens=np.array([8, 5, 8, 2], np.int32),
+                 tree_mask=mask, draft_depths=depth)
+
+
+def test_drafts_tree_slots_no_row_sees_are_never_read(emu):
+    """A tree draft no row sees, its K/V slots NaN: the output is the clean one's."""
+    rng = np.random.default_rng(5)
+    c = make_case(rng, 2, [300, 130], P=24)
+    mask, depth = _trees(rng, 2, c.NQ)
+    mask[:, :] &= np.uint32(~(1 << 7) & 0xFFFFFFFF)  # draft 7: nobody sees it, nor itself
+    kv = np.array(c.kv_np)
+    for i in range(2):
+        slot = int(c.sl_np[i]) - c.NQ + 7
+        kv[c.bt_np[i, slot // PAGE], :, slot % PAGE] = np.nan
+    c.kv_np = kv
+    check_drafts(emu, c, "wave_serial", "unseen draft poisoned", draft_lens=np.array([8, 8], np.int32),
+                 tree_mask=mask, draft_depths=depth)
+
+
 @pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("which, message", [
     (0, "divergence: lane 32 exited without reaching __shfl_xor"),

@@ -50,6 +50,12 @@ struct VerifyParams {
   const float* v_scale;
   int kv_format;              // muse_attn::KvFormat
   int scale_kind;             // muse_attn::ScaleKind
+  // The drafts target (split_kernel_drafts.cu.cc, muse_attn/mask.h); read by its kernels only.
+  const int32_t* draft_lens;     // [R] (draft_kind >= 1)
+  const uint32_t* tree_mask;     // [R, NQ] (draft_kind 2)
+  const int32_t* draft_depths;   // [R, NQ] (draft_kind 2)
+  float* lse;                    // [NQ*R, Hq], or null: not asked for
+  int draft_kind;                // muse_attn::DraftKind
 };
 // The first line's fields in its 48 bytes, the second's in the next 64 (the bank's lines are
 // 64-byte aligned and the parameters start 16 bytes into one).
@@ -114,8 +120,11 @@ inline dim3 split_grid_two_pairs(const VerifyParams& p) {
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of an FP8 cache (kv_format != bf16; per_tile whatever the plan says).
 gpuError_t launch_split_fp8(const VerifyParams& p, gpuStream_t stream);
-// Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen); a
-// programmatic dependent launch of the split kernel when plan.merge_pdl.
+// The split kernel of the drafts target (ragged drafts, trees; a bf16 cache; per_tile).
+gpuError_t launch_split_drafts(const VerifyParams& p, gpuStream_t stream);
+// Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
+// each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when
+// plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t stream);
 
 // The current device as the launch plan needs it; false where the runtime cannot say.

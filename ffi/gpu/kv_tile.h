@@ -141,12 +141,13 @@ __device__ __forceinline__ TilePages resolve(const KvSource<D, E>& src, const Ti
 // Issues the copies of tile `tile` into `dst` (asynchronous on NVIDIA: commit + wait later).
 // Thread tid always copies the same 16-byte chunk (K or V, column c) of keys key0 + j *
 // kKeysPerPass, so its offsets inside a page and in the tile do not depend on the tile. A chunk
-// is read only when its page names a block and its key lies in [key_lo, seq_len); otherwise it
-// is zero-filled and its source is not touched.
+// is read only when its page names a block and its key lies in [key_lo, seq_len), and is not in
+// `unread` (bit k: key k of the tile is a draft slot no row of a tree sees, mask.h); otherwise
+// it is zero-filled and its source is not touched.
 template <int D, int kThreads, bool kInteriorPath>
 __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<D>& src,
                                            const RequestGeometry& g, int tile,
-                                           const TilePages& pages, int tid) {
+                                           const TilePages& pages, int tid, uint64_t unread = 0) {
   constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
   constexpr int kKeysPerPass = kThreads / kChunksPerKey;
   constexpr int kPassesPerPage = kPageSize / kKeysPerPass;
@@ -184,13 +185,14 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
 #pragma unroll
       for (int jj = 0; jj < kPassesPerPage; ++jj) {
         const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
-        const bool present = block >= 0 && (!kBounded || (key >= lo && key < hi));
+        const bool present =
+            block >= 0 && (!kBounded || (key >= lo && key < hi && ((unread >> key) & 1u) == 0));
         copy16(dst.base + half + KvTile<D>::offset(key, col),
                page_start + jj * kKeysPerPass * (2 * D) * 2, present);
       }
     }
   };
-  if (kInteriorPath && lo <= 0 && hi >= kTileKeys) {
+  if (kInteriorPath && lo <= 0 && hi >= kTileKeys && unread == 0) {
     copies(std::false_type{});
   } else {
     copies(std::true_type{});
@@ -240,16 +242,19 @@ struct Fp8Stage {
   }
 };
 
-// The tile's keys in [lo, hi) of pages with a block are present.
+// The tile's keys in [lo, hi) of pages with a block, and not unread (stage_tile), are present.
 struct TileKeys {
   int lo, hi;
-  unsigned pages;  // TilePages::present_mask()
+  unsigned pages;   // TilePages::present_mask()
+  uint64_t unread;  // draft slots no row sees (mask.h tile_unread_keys)
   __device__ bool present(int key) const {
-    return ((pages >> (key / kPageSize)) & 1u) != 0 && key >= lo && key < hi;
+    return ((pages >> (key / kPageSize)) & 1u) != 0 && key >= lo && key < hi &&
+           ((unread >> key) & 1u) == 0;
   }
 };
-__device__ __forceinline__ TileKeys tile_keys(const RequestGeometry& g, int tile, unsigned pages) {
-  return TileKeys{g.key_lo - tile * kTileKeys, g.seq_len - tile * kTileKeys, pages};
+__device__ __forceinline__ TileKeys tile_keys(const RequestGeometry& g, int tile, unsigned pages,
+                                              uint64_t unread = 0) {
+  return TileKeys{g.key_lo - tile * kTileKeys, g.seq_len - tile * kTileKeys, pages, unread};
 }
 
 // 16 FP8 values (4 words) -> 16 bf16 (8 words), as the rule says; zeros where !present.
@@ -317,9 +322,10 @@ __device__ __forceinline__ int32_t block_of_page(const TilePages& pages, int pag
 template <int D, int kThreads>
 __device__ __forceinline__ void stage_fp8_tile(const Fp8Stage<D>& dst, const KvSource<D, 1>& src,
                                                const Fp8Scales& sc, const RequestGeometry& g,
-                                               int tile, const TilePages& pages, int tid) {
+                                               int tile, const TilePages& pages, int tid,
+                                               uint64_t unread = 0) {
   using C = Fp8Chunks<D, kThreads>;
-  const TileKeys keys = tile_keys(g, tile, pages.present_mask());
+  const TileKeys keys = tile_keys(g, tile, pages.present_mask(), unread);
 #pragma unroll 1  // the math's registers are live across the staging
   for (int j = 0; j < C::kPerThread; ++j) {
     const int key = C::key(tid, j), part = C::part(tid, j);
@@ -375,9 +381,10 @@ __device__ __forceinline__ void convert_fp8_tile(const KvTile<D>& dst, const Fp8
 template <int D, int kThreads>
 __device__ __forceinline__ void stage_fp8_tile_direct(const KvTile<D>& dst, const KvSource<D, 1>& src,
                                                       const Fp8Scales& sc, const RequestGeometry& g,
-                                                      int tile, const TilePages& pages, int tid) {
+                                                      int tile, const TilePages& pages, int tid,
+                                                      uint64_t unread = 0) {
   using C = Fp8Chunks<D, kThreads>;
-  const TileKeys keys = tile_keys(g, tile, pages.present_mask());
+  const TileKeys keys = tile_keys(g, tile, pages.present_mask(), unread);
 #pragma unroll
   for (int j = 0; j < C::kPerThread; ++j) {
     const int key = C::key(tid, j), part = C::part(tid, j);

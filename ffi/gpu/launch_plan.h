@@ -57,6 +57,7 @@ struct Device {
 struct CallShape {
   int head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window;  // window 0: full
   bool kv_fp8 = false;  // an FP8 cache (its split kernel is per_tile)
+  bool drafts = false;  // the drafts target: ragged drafts, trees, lse (per_tile too)
   int64_t rows() const { return int64_t{tokens} * (num_q_heads / num_kv_heads); }
   int64_t groups() const { return int64_t{num_requests} * num_kv_heads; }
   int64_t row_blocks() const { return (rows() + kMaxRows - 1) / kMaxRows; }
@@ -177,7 +178,8 @@ inline int merge_warps_for(const Tuning& t, int num_splits, int64_t groups, int6
 
 // Whether the ping-pong kernel may run at all (the split count reasons with its bounds there).
 inline bool pingpong_capable(const CallShape& s, const Device& d) {
-  return d.vendor == Vendor::kNvidia && s.head_dim == 64 && d.compute_major == 9 && !s.kv_fp8;
+  return d.vendor == Vendor::kNvidia && s.head_dim == 64 && d.compute_major == 9 && !s.kv_fp8 &&
+         !s.drafts;
 }
 
 // The plan at a given split count; o may force parts of it.
@@ -200,7 +202,7 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
       forced = static_cast<int>(SplitKernel::kPingpong);
     if (!runs) forced = -1;
   }
-  if (s.kv_fp8) forced = static_cast<int>(SplitKernel::kPerTile);  // its only FP8 variant
+  if (s.kv_fp8 || s.drafts) forced = static_cast<int>(SplitKernel::kPerTile);  // their only variant
   const bool pingpong =
       forced >= 0 ? (forced == int(SplitKernel::kPingpong) || forced == int(SplitKernel::kPingpongTwoPairs))
                   : sm90 && s.head_dim == 64 && few_ctas && tiles >= t.pingpong_min_segment_tiles;

@@ -22,6 +22,7 @@
 #include "gpu/partial_o_order.h"
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
+#include "muse_attn/mask.h"
 #include "muse_attn/partials.h"
 #include "muse_attn/softmax_state.h"
 
@@ -256,7 +257,9 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 // the split kernel ends); the plain launch's code has nothing of that path (below).
 // kByLane: a segment's (m, l) loaded and weighed by one lane (fold_by_lane), else by every lane
 // (fold_every_lane); the launch plan's merge_by_lane.
-template <int D, int W, bool kDependent, bool kByLane>
+// kDrafts: the drafts target: the request's geometry from its draft count (as its split CTAs
+// have it), and each row's lse written where p.lse is set.
+template <int D, int W, bool kDependent, bool kByLane, bool kDrafts = false>
 __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(VerifyParams p) {
   static_assert(W >= 1 && W <= kMergeMaxWarps && (W & (W - 1)) == 0, "a power of 2");
   static_assert(D % kWarpSize == 0, "a lane holds whole elements of the row");
@@ -271,9 +274,14 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   const int req = group / p.num_kv_heads;
   const int kvh = group - req * p.num_kv_heads.divisor();
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  const int raw_len = req < real ? p.seq_lens[req] : 0;
+  int count = p.tokens;
+  if constexpr (kDrafts) {
+    if (req < real && p.draft_kind != static_cast<int>(DraftKind::kChain))
+      count = clamp_draft_count(p.draft_lens[req], p.tokens);
+  }
+  const int raw_len = req < real && (!kDrafts || count > 0) ? p.seq_lens[req] : 0;
   const RequestGeometry g =
-      request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window, p.num_splits);
+      request_geometry(raw_len, p.pages * kPageSize, count, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   const int nseg = row_ok ? g.num_segments : 0;
   const int r = row_ok ? row : 0;
@@ -318,14 +326,22 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   }
   if (!row_ok) return;
   store_bf16<E>(dst, f.acc, safe_inverse(f.l));
+  if constexpr (kDrafts) {
+    if (p.lse != nullptr && lane == 0) p.lse[ql.row_offset(req, kvh, r) / D] = row_lse(f.m, f.l);
+  }
 }
 
 // The merge kernel of a plan's weighing (one lane or every lane a segment), as a programmatic
-// dependent of the split kernel or not.
+// dependent of the split kernel or not, of the chain or the drafts target.
 template <int D, int W, bool kDependent>
-auto merge_kernel_for(bool by_lane) {
+auto merge_kernel_for(bool by_lane, bool drafts) {
+  if (drafts)
+    return by_lane ? merge_kernel<D, W, kDependent, true, true> : merge_kernel<D, W, kDependent, false, true>;
   return by_lane ? merge_kernel<D, W, kDependent, true> : merge_kernel<D, W, kDependent, false>;
 }
+
+// A drafts-target call (its draft operands or its lse): p.draft_kind or p.lse set.
+bool is_drafts_call(const VerifyParams& p) { return p.draft_kind != 0 || p.lse != nullptr; }
 
 template <int D, int W>
 gpuError_t launch_merge_d(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
@@ -346,10 +362,10 @@ gpuError_t launch_merge_d(const VerifyParams& p, const Plan& plan, gpuStream_t s
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel_for<D, W, true>(plan.merge_by_lane), p);
+    return cudaLaunchKernelEx(&cfg, merge_kernel_for<D, W, true>(plan.merge_by_lane, is_drafts_call(p)), p);
   }
 #endif
-  const auto kernel = merge_kernel_for<D, W, false>(plan.merge_by_lane);
+  const auto kernel = merge_kernel_for<D, W, false>(plan.merge_by_lane, is_drafts_call(p));
   MUSE_GPU_LAUNCH(kernel, grid, kThreads, 0, stream, p);
   return gpuGetLastError();
 }

@@ -77,14 +77,16 @@ __device__ __forceinline__ SplitCta split_cta(const VerifyParams& p) {
 }
 
 // The CTA's query rows into q_tile by kStageThreads threads (tid: the thread's index among
-// them), in a copy group of their own; rows past the group's are zero-filled. On NVIDIA the
-// copies fly while seq_lens and the block ids are read (Q does not depend on them).
+// them), in a copy group of their own; rows at or past live_rows (the group's rows, or a ragged
+// request's drafts' rows) are zero-filled, unread. On NVIDIA the copies fly while seq_lens and
+// the block ids are read (Q does not depend on them).
 template <int D, int kStageThreads>
 __device__ __forceinline__ void stage_query_rows(const VerifyParams& p, const SplitCta& c,
-                                                 const QTile<D, kMaxRows>& q_tile, int tid) {
+                                                 const QTile<D, kMaxRows>& q_tile, int tid,
+                                                 int live_rows) {
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   stage_q_tile<D, kMaxRows, kStageThreads>(
-      q_tile, p.q, min_i(p.rows - c.block_row0, kMaxRows),
+      q_tile, p.q, min_i(live_rows - c.block_row0, kMaxRows),
       [&](int r) { return ql.row_offset(c.req, c.kvh, c.block_row0 + r); }, tid);
   copy_commit();
 }
@@ -131,6 +133,104 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
   }
 }
 
+// The drafts target's mask of a lane's R rows (mask.h DraftRow): row rr sees context keys
+// [key_lo[rr], ctx) and the drafts of bits[rr] (draft j: key ctx + j). A row that is no live
+// draft (dead_rows) is masked as it may be: its partial is written empty whatever its scores,
+// so whole tiles need no mask for it.
+template <int R>
+struct DraftLaneMask {
+  int ctx;
+  int key_lo[R];
+  uint32_t bits[R];
+  int whole_lo, whole_hi;
+  __device__ __forceinline__ bool boundary(int t, unsigned pages_ok) const {
+    return pages_ok != 0xFu || t < whole_lo || t >= whole_hi;
+  }
+};
+
+// The drafts request req verifies (draft_kind 0: every token; else draft_lens[req], clamped).
+__device__ __forceinline__ int request_draft_count(const VerifyParams& p, int req) {
+  return p.draft_kind == static_cast<int>(DraftKind::kChain) ? p.tokens
+                                                                : clamp_draft_count(p.draft_lens[req], p.tokens);
+}
+
+// Request req's clamped draft depths as tree_draft_row reads them.
+struct DraftDepths {
+  const int32_t* row;  // draft_depths[req]
+  int tokens;
+  __device__ int operator[](int j) const { return clamp_draft_depth(row[j], tokens); }
+};
+
+// Row t's DraftRow: a ragged chain (draft_kind 0 or 1) or a tree (2; tree_mask and depths read
+// only for a live row).
+__device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, int ctx, int count, int t) {
+  if (p.draft_kind != static_cast<int>(DraftKind::kTree) || t >= count || ctx + t < 0)
+    return chain_draft_row(ctx, count, t, p.window);
+  const int64_t at = int64_t{req} * p.tokens;
+  return tree_draft_row(ctx, count, t, p.tree_mask[at + t], DraftDepths{p.draft_depths + at, p.tokens},
+                        p.window);
+}
+
+// The drafts [0, count) of a tree that no row sees (0 for a chain: it reads every draft).
+__device__ __forceinline__ uint32_t unread_tree_drafts(const VerifyParams& p, int req, int ctx, int count) {
+  if (p.draft_kind != static_cast<int>(DraftKind::kTree)) return 0u;
+  uint32_t read = 0u;
+  for (int t = 0; t < count; ++t) read |= draft_row(p, req, ctx, count, t).draft_bits;
+  return low_bits(count) & ~read;
+}
+
+template <int D>
+__device__ __forceinline__ DraftLaneMask<WarpAttention<D>::kRowsPerLane> draft_lane_mask(
+    const VerifyParams& p, int req, const RequestGeometry& g, int count, const WarpAttention<D>& w,
+    int row0) {
+  constexpr int R = WarpAttention<D>::kRowsPerLane;
+  DraftLaneMask<R> m;
+  m.ctx = g.ctx;
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const DraftRow d = draft_row(p, req, g.ctx, count, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
+    m.key_lo[rr] = d.key_lo;
+    m.bits[rr] = d.draft_bits;
+  }
+  // A tree's whole tiles for the deepest a depth can be (clamped to NQ - 1): no row's window
+  // starts later.
+  if (p.draft_kind == static_cast<int>(DraftKind::kTree))
+    tree_whole_tiles(g.ctx, p.tokens - 1, p.window, &m.whole_lo, &m.whole_hi);
+  else
+    whole_tiles(g.ctx, count, p.window, &m.whole_lo, &m.whole_hi);
+  return m;
+}
+
+// Bit rr: the lane's row rr is no live draft (past the request's count, or its own slot is
+// negative): written as an empty partial (write_partials).
+template <int D>
+__device__ __forceinline__ unsigned dead_rows(const VerifyParams& p, const RequestGeometry& g,
+                                              int count, const WarpAttention<D>& w, int row0) {
+  unsigned dead = 0;
+#pragma unroll
+  for (int rr = 0; rr < WarpAttention<D>::kRowsPerLane; ++rr) {
+    const int t = min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk;
+    if (t >= count || g.ctx + t < 0) dead |= 1u << rr;
+  }
+  return dead;
+}
+
+// Masks a boundary tile's scores of the lane's row rr by its DraftRow (mask.h
+// draft_key_is_visible, absent pages), branch-free.
+template <int D, int R>
+__device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
+                                            int rr, int t, unsigned pages_ok, const DraftLaneMask<R>& mask) {
+#pragma unroll
+  for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i) {
+    const int k = w.key_of(i), key = t * kTileKeys + k;
+    const unsigned j = static_cast<unsigned>(key - mask.ctx);
+    const bool ctx_vis = (key >= mask.key_lo[rr]) & (key < mask.ctx);
+    const bool draft_vis = (j < 32u) & (((mask.bits[rr] >> (j & 31u)) & 1u) != 0);
+    const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (ctx_vis | draft_vis);
+    s[i] = vis ? s[i] : neg_inf();
+  }
+}
+
 // The max to subtract for a row's running max m (scaled): 0 for an all-masked row (m = -inf),
 // so no -inf - -inf makes a NaN.
 __device__ __forceinline__ float finite_max(float m) { return m == neg_inf() ? 0.0f : m; }
@@ -154,10 +254,10 @@ inline constexpr float kRescaleSlack = 8;
 // kMasksFirst: the masks of all the lane's rows under one branch before the rows' softmax, so
 // the unmasked path jumps over them once, not once a row (the ping-pong kernel's choice; the
 // others take more registers with it and are no faster).
-template <bool kMasksFirst, int D, int R>
+template <bool kMasksFirst, int D, int R, typename Mask>
 __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                        const KvTile<D>& tile, int t, unsigned pages_ok,
-                                                       bool boundary, const LaneMask<R>& mask,
+                                                       bool boundary, const Mask& mask,
                                                        float scale_log2) {
   using Warp = WarpAttention<D>;
   constexpr int N = Warp::kScoresPerRow;
@@ -224,11 +324,12 @@ __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w,
 // The segment's partial state of the warp's rows (partials.h): m and the row's l (the lanes'
 // st[rr].l summed over the row) by each row's leader lane, o as bf16 by every lane, in the order
 // of partial_o_order.h (NVIDIA: 16-byte stores, whole sectors a quad); rows past p.rows are not
-// written. The addresses once, the stores predicated (no branch a store).
+// written. The addresses once, the stores predicated (no branch a store). dead bit rr: row rr's
+// partial is written empty (m = -inf, l = 0, o = 0) whatever was computed for it.
 template <int D, int R>
 __device__ __forceinline__ void write_partials(const VerifyParams& p, const WarpAttention<D>& w,
                                                const SoftmaxState (&st)[R], int group, int seg,
-                                               int row0) {
+                                               int row0, unsigned dead = 0) {
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   bool row_ok[R];
   uint16_t* o_row[R];
@@ -246,8 +347,9 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
     for (int rr = 0; rr < R; ++rr) {
       if (!row_ok[rr]) continue;
       float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
-      ml[0] = st[rr].m;
-      ml[1] = l_row[rr];
+      const bool empty = ((dead >> rr) & 1u) != 0;
+      ml[0] = empty ? neg_inf() : st[rr].m;
+      ml[1] = empty ? 0.0f : l_row[rr];
     }
   }
   if constexpr (kPartialOTransposed) {
@@ -255,12 +357,15 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
     w.for_each_out_block([&](int rr, int d, const float (&x)[8]) {
       if (row_ok[rr])
         *reinterpret_cast<uint4*>(o_row[rr] + partial_o_swap(d)) =
-            make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]), pack_bf16x2(x[4], x[5]),
-                       pack_bf16x2(x[6], x[7]));
+            ((dead >> rr) & 1u) != 0
+                ? make_uint4(0u, 0u, 0u, 0u)
+                : make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]),
+                             pack_bf16x2(x[4], x[5]), pack_bf16x2(x[6], x[7]));
     });
   } else {
     w.for_each_out2([&](int rr, int d, float a, float b) {
-      if (row_ok[rr]) *reinterpret_cast<uint32_t*>(o_row[rr] + d) = pack_bf16x2(a, b);
+      if (row_ok[rr])
+        *reinterpret_cast<uint32_t*>(o_row[rr] + d) = ((dead >> rr) & 1u) != 0 ? 0u : pack_bf16x2(a, b);
     });
   }
 }
@@ -294,9 +399,13 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 // its own register bound. kFillRing: a segment of exactly kStages tiles issues its last tile's
 // copies in the prologue too, so every copy is issued before the first wait.
 // kFp8: the cache is FP8 (kv_tile.h: each tile dequantized into bf16, then as for bf16).
-template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false>
+// kDrafts: the drafts target (ragged drafts, trees; mask.h): the request's count of drafts sets
+// its geometry, rows past them are neither read nor written but as empty partials, and a tree's
+// rows are masked by their DraftRow.
+template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false, bool kDrafts = false>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   static_assert(!(kFp8 && (kTwoTile || kFillRing)), "FP8 tiles one at a time");
+  static_assert(!(kDrafts && (kTwoTile || kFillRing || kFp8)), "drafts: a bf16 cache, tiles one at a time");
   MUSE_DYNAMIC_SHARED(smem_raw);
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -314,16 +423,18 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
-  const int raw_len = p.seq_lens[c.req];  // in flight while Q's copies are issued
+  // Drafts: the request's count first (its rows past it are not read), and no keys without one.
+  const int count = kDrafts ? request_draft_count(p, c.req) : p.tokens;
+  const int raw_len = kDrafts && count == 0 ? 0 : p.seq_lens[c.req];  // in flight while Q's copies are issued
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
   const int row0 = c.block_row0 + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
   // Q first (the request is real).
   const QTile<D, kMaxRows> q_tile{smem + split_stages_bytes<D, kFp8>()};
-  stage_query_rows<D, kThreads>(p, c, q_tile, tid);
+  stage_query_rows<D, kThreads>(p, c, q_tile, tid, kDrafts ? count * p.qpk.divisor() : p.rows);
   Warp w(lane);
-  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
+  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window,
                                              p.num_splits);
   int t0, t1;
   segment_tiles(g, c.seg, &t0, &t1);
@@ -350,14 +461,27 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   // are masked). Kept in a register: every thread stages with the same block ids.
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
+  // A tree's draft slots that no row sees are never read (mask.h tree_read_bits): worked out
+  // again for each of the (at most two) tiles holding draft slots, so that nothing of it stays
+  // in registers across the loop.
+  auto unread_keys = [&](int tile) -> uint64_t {
+    if constexpr (kDrafts) {
+      if (p.draft_kind != static_cast<int>(DraftKind::kTree) || (tile + 1) * kTileKeys <= g.ctx) return 0u;
+      const int n = request_draft_count(p, c.req);
+      return tile_unread_keys(unread_tree_drafts(p, c.req, g.ctx, n), tile, g.ctx);
+    } else {
+      return 0u;
+    }
+  };
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
+    const uint64_t unread = unread_keys(tile);
     if constexpr (!kFp8)
-      stage_tile<D, kThreads, !kTwoTile>(tile_at(slot), src, g, tile, pages, tid);
+      stage_tile<D, kThreads, !kTwoTile>(tile_at(slot), src, g, tile, pages, tid, unread);
     else if constexpr (kStagedFp8)
-      stage_fp8_tile<D, kThreads>(fp8_at(slot), src, scales(), g, tile, pages, tid);
+      stage_fp8_tile<D, kThreads>(fp8_at(slot), src, scales(), g, tile, pages, tid, unread);
     else
-      stage_fp8_tile_direct<D, kThreads>(tile_at(slot), src, scales(), g, tile, pages, tid);
+      stage_fp8_tile_direct<D, kThreads>(tile_at(slot), src, scales(), g, tile, pages, tid, unread);
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
@@ -390,7 +514,12 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
     }
   }
 
-  const LaneMask<R> mask = lane_mask(p, g, w, row0);
+  const auto mask = [&] {
+    if constexpr (kDrafts)
+      return draft_lane_mask(p, c.req, g, count, w, row0);
+    else
+      return lane_mask(p, g, w, row0);
+  }();
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
@@ -447,7 +576,10 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
   copy_wait<0>();
 
-  write_partials(p, w, st, c.group, c.seg, row0);
+  if constexpr (kDrafts)
+    write_partials(p, w, st, c.group, c.seg, row0, dead_rows(p, g, request_draft_count(p, c.req), w, row0));
+  else
+    write_partials(p, w, st, c.group, c.seg, row0);
 }
 
 // Raises a kernel's dynamic shared-memory limit once a device (the attribute is per device;

@@ -93,7 +93,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   const int row0 = c.block_row0 + 16 * warp;
   const int lane = tid % kWarpSize;
   const QTile<D, kMaxRows> q_tile{smem + kStages * KvTile<D>::kBytes + team * QTile<D, kMaxRows>::kBytes};
-  stage_query_rows<D, kTeamThreads>(p, c, q_tile, ttid);  // each team its own copy
+  stage_query_rows<D, kTeamThreads>(p, c, q_tile, ttid, p.rows);  // each team its own copy
   Warp w(lane);
   const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
                                              p.num_splits);

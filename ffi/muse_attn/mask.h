@@ -43,6 +43,13 @@ MUSE_HD void whole_tiles(int ctx, int num_tokens, int window, int* lo, int* hi) 
 // cache) sees nothing, as a chain token with qpos < 0. Run-time values are clamped here, so a
 // kernel may pass what it finds in memory.
 
+// What the drafts target's draft operands say (its attribute draft_kind).
+enum class DraftKind : int32_t {
+  kChain = 0,   // every request verifies NQ tokens in a chain; no draft operand is read
+  kRagged = 1,  // a chain of draft_lens[r] tokens; draft_lens is read
+  kTree = 2,    // draft_lens, tree_mask and draft_depths are read
+};
+
 // The draft count of a request: draft_lens[r] clamped to [0, tokens].
 MUSE_HD int clamp_draft_count(int raw, int tokens) { return raw < 0 ? 0 : raw > tokens ? tokens : raw; }
 
@@ -65,8 +72,10 @@ struct DraftRow {
 MUSE_HD DraftRow dead_draft_row() { return DraftRow{0, 0, 0u}; }
 
 // Row t of a tree: tree_bits = tree_mask[r, t] as found in memory; depths[j] the request's
-// clamped depths (only j < count is read). ctx may be negative.
-MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, const int* depths,
+// clamped depths (an array, or anything indexable that clamps as it reads; only j < count is
+// read). ctx may be negative.
+template <typename Depths>
+MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, const Depths& depths,
                                 int window) {
   if (t >= count || ctx + t < 0) return dead_draft_row();
   const int depth = depths[t];
@@ -102,6 +111,14 @@ MUSE_HD bool draft_key_is_visible(const DraftRow& row, int ctx, int key) {
   if (key < ctx) return key >= row.key_lo && key < row.key_hi;
   const unsigned j = static_cast<unsigned>(key - ctx);
   return j < 32u && ((row.draft_bits >> j) & 1u) != 0u;
+}
+
+// Bits of the 64 keys of tile `tile` that are draft slots outside read_bits (unread_drafts =
+// bits of the drafts [0, count) not read): the copies zero-fill them instead of reading.
+MUSE_HD uint64_t tile_unread_keys(uint32_t unread_drafts, int tile, int ctx) {
+  const int base = tile * kTileKeys - ctx;  // the draft index of the tile's first key
+  if (unread_drafts == 0u || base >= 32 || base <= -kTileKeys) return 0u;
+  return base >= 0 ? uint64_t{unread_drafts} >> base : uint64_t{unread_drafts} << -base;
 }
 
 // The drafts a tree reads: those some row sees (bits OR-ed over the request's rows). A draft

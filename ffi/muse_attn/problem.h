@@ -10,6 +10,7 @@
 
 #include "muse_attn/fp8.h"
 #include "muse_attn/geometry.h"
+#include "muse_attn/mask.h"
 #include "muse_attn/partials.h"
 #include "muse_attn/softmax_state.h"
 #include "xla/ffi/api/ffi.h"
@@ -18,12 +19,6 @@ namespace muse_attn {
 
 namespace ffi = ::xla::ffi;
 
-// What the drafts target's draft operands say (attribute draft_kind).
-enum class DraftKind : int32_t {
-  kChain = 0,   // every request verifies NQ tokens in a chain; no draft operand is read
-  kRagged = 1,  // a chain of draft_lens[r] tokens; draft_lens is read
-  kTree = 2,    // draft_lens, tree_mask and draft_depths are read
-};
 
 struct Problem {
   int num_requests;     // R: requests of the compiled bucket (q rows / tokens)

@@ -26,6 +26,13 @@ struct MuseEmuCall {
   const float* k_scale;  // FP8: [] or [num_blocks, Hkv, 16]; bf16: unread
   const float* v_scale;
   int kv_format, scale_kind;  // muse_attn::KvFormat, muse_attn::ScaleKind
+  // The drafts target (draft_kind 0 and no lse: the chain call): muse_attn::DraftKind, the draft
+  // operands it reads, the lse result or null.
+  const int32_t* draft_lens;
+  const uint32_t* tree_mask;
+  const int32_t* draft_depths;
+  float* lse;
+  int draft_kind;
 };
 
 const char* muse_emu_target();  // "gfx942" or "gfx950"
