@@ -161,9 +161,11 @@ def test_trees_fp8(rng, backend, kv_dtype, scale_kind, window):
 # ------------------------------------------------------------------ the chain, bit for bit
 
 @pytest.mark.parametrize("window,num_splits", [(None, None), (40, 3), (None, 1), (3, 2)])
-def test_chain_is_reproduced_bit_for_bit(rng, backend, window, num_splits):
+def test_chain_is_reproduced_bit_for_bit(rng, backend, window, num_splits, monkeypatch):
     """draft_lens = NQ, the causal tree at depth = row, and return_lse leave the output's bits
-    as the plain chain call's."""
+    as the plain chain call's. On a GPU both run the drafts target's split kernel (per_tile):
+    the chain's others sum in another order."""
+    monkeypatch.setenv("MUSE_ATTN_LAUNCH", "split_kernel=per_tile")
     r = 5
     c = make_case(rng, r, LENS, P=64, window=window)
     kw = dict(num_splits=num_splits) if backend == "ffi" else {}
@@ -396,9 +398,15 @@ def test_vmap_and_jit(rng, backend):
             for c, n, t in zip(cases, counts, trees)]
     singles = [jax.jit(one)(*a) for a in args]
     batched = jax.jit(jax.vmap(one))(*(jnp.stack(x) for x in zip(*args)))
+    # The kernels are bitwise the same batched; the jnp reference on a GPU sums in XLA's order,
+    # which batching may change by an ulp of the lse.
+    exact = backend == "ffi" or _ffi.current_platform() == "cpu"
     for i, (out, lse) in enumerate(singles):
         np.testing.assert_array_equal(bits(batched[0][i]), bits(out))
-        np.testing.assert_array_equal(np.asarray(batched[1][i]), np.asarray(lse))
+        if exact:
+            np.testing.assert_array_equal(np.asarray(batched[1][i]), np.asarray(lse))
+        else:
+            np.testing.assert_allclose(np.asarray(batched[1][i]), np.asarray(lse), rtol=1e-6, atol=0)
         ref, ref_lse = oracle_of(cases[i], draft_lens=counts[i], tree_mask=trees[i][0],
                                  draft_depths=trees[i][1])
         assert_close(out, ref, what=f"element {i}")
