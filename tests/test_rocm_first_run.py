@@ -149,12 +149,13 @@ def test_main_end_to_end_with_the_gpu_steps_replaced(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(fr, "detect_gpu", lambda: gpu)
     monkeypatch.setattr(fr, "run_tests", lambda out, extra: calls.append(("tests", list(extra))) or TESTS_OK)
-    monkeypatch.setattr(fr, "run_bench", lambda out, configs, quick: calls.append(("bench", configs, quick))
+    monkeypatch.setattr(fr, "run_bench", lambda out, configs, quick, kv: calls.append(("bench", configs, quick, kv))
                         or str(bench_path))
     rc = fr.main(["--out", str(tmp_path), "--configs", "full2k-r1", "--model-json", str(model_path),
+                  "--kv-dtypes", "bf16,fp8",
                   "--pytest-args", "-k 'gpu and not slow'"])
     assert rc == 0
-    assert calls == [("tests", ["-k", "gpu and not slow"]), ("bench", "full2k-r1", False)]
+    assert calls == [("tests", ["-k", "gpu and not slow"]), ("bench", "full2k-r1", False, "bf16,fp8")]
     rep = json.loads((tmp_path / "rocm_first_run.json").read_text())
     assert rep["ok"] and rep["rows"][0]["measured_over_model"] == pytest.approx(0.8)
     assert "Overall: **PASS**" in (tmp_path / "rocm_first_run.md").read_text()

@@ -1,7 +1,7 @@
 """The first run on an AMD GPU (MI300X / MI355X), in one command, after
 `pip install -e ".[test]" -C cmake.define.MUSE_ATTN_HIP=ON`:
 
-    python tools/rocm_first_run.py [--out DIR] [--configs PAT,...] [--quick] [--skip-tests]
+    python tools/rocm_first_run.py [--out DIR] [--configs PAT,...] [--quick] [--kv-dtypes bf16,fp8] [--skip-tests]
                                    [--skip-bench] [--model-json PATH] [--pytest-args "..."]
 
 1. checks that JAX sees a ROCm GPU and that this build has the ROCm handler (a clear error and
@@ -141,9 +141,9 @@ def run_tests(out_dir: str, extra: Sequence[str] = ()) -> dict:
     return dict(parse_junit(xml), returncode=rc, log=log)
 
 
-def run_bench(out_dir: str, configs: Optional[str], quick: bool) -> str:
+def run_bench(out_dir: str, configs: Optional[str], quick: bool, kv_dtypes: str = "bf16") -> str:
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--modes", "on,off", "--out", out_dir,
-           "--name", BENCH_NAME]
+           "--name", BENCH_NAME, "--kv-dtypes", kv_dtypes]
     if configs:
         cmd += ["--configs", configs]
     if quick:
@@ -279,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default=os.path.join(ROOT, "rocm_first_run"), help="output folder")
     ap.add_argument("--configs", default=None, help="the bench's --configs (default: its whole grid)")
     ap.add_argument("--quick", action="store_true", help="the bench's --quick grid")
+    ap.add_argument("--kv-dtypes", default="bf16", help="the bench's --kv-dtypes: bf16, or bf16,fp8")
     ap.add_argument("--skip-tests", action="store_true", help="no test suite")
     ap.add_argument("--skip-bench", action="store_true", help="no benchmark")
     ap.add_argument("--model-json", default=None, help="tools/amd_model.py --json output to use")
@@ -298,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         tests = None if a.skip_tests else run_tests(a.out, shlex.split(a.pytest_args))
         bench = None
         if not a.skip_bench:
-            with open(run_bench(a.out, a.configs, a.quick)) as f:
+            with open(run_bench(a.out, a.configs, a.quick, a.kv_dtypes)) as f:
                 bench = json.load(f)
     except FirstRunError as e:
         print(f"rocm_first_run: {e}", file=sys.stderr)
