@@ -61,8 +61,8 @@ class ArchSpec:
     vgpr_granule: int
     max_waves_per_simd: int
     simds_per_cu: int
-    # LDS a CU, and its allocation granule. gfx942: 64 KiB (CDNA3 ISA guide, "Local Data Share":
-    # 64 KiB); gfx950: 160 KiB (LLVM getAddressableLocalMemorySize: GK_GFX950 163840; Chips and
+    # LDS a CU, and its allocation granule. gfx942: 64 KiB (LLVM getAddressableLocalMemorySize:
+    # 65536 for gfx9); gfx950: 160 KiB (LLVM getAddressableLocalMemorySize: GK_GFX950 163840; Chips and
     # Cheese, "AMD's CDNA 4 Architecture Announcement": LDS 64 KB -> 160 KB). Granules:
     # AMDGPUUsage.rst COMPUTE_PGM_RSRC2.LDS_SIZE, 128 dwords (gfx9) / 320 dwords (GFX950).
     lds_per_cu: int
