@@ -176,12 +176,6 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
             f"verify_attention: the {platform} kernels do not take draft_lens, tree_mask, "
             "draft_depths or return_lse yet (only the CPU handler and the reference do); pass "
             "backend='reference' to run them in jnp on this device")
-    if (shapes.drafts != "chain" or shapes.lse) and platform != "cpu" and shapes.kv_dtype != "bfloat16":
-        raise NotImplementedError(
-            f"verify_attention: the {platform} kernels take draft_lens, tree_mask, draft_depths "
-            f"and return_lse with a bfloat16 cache only, got kv_cache {shapes.kv_dtype} (the CPU "
-            "handler and the reference take FP8 with them); pass backend='reference' to run it "
-            "in jnp on this device")
     splits = int(num_splits) if num_splits is not None else None  # None: per-shard default
     return _ffi_jit(q, kv_cache, block_table, seq_lens, nr, k_scale, v_scale, *drafts,
                     shapes=shapes, scale=float(scale), num_splits=splits,

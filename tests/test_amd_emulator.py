@@ -269,7 +269,8 @@ def check_drafts(emu, c, schedule, what, **drafts):
     plan = _ffi.launch_plan(shapes, "ROCM", 0, "", device=ae.DEVICES[emu.target])
     assert plan["split_kernel"] == "per_tile", plan
     out, lse = emu.run(c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ, window=c.window,
-                       num_reqs=c.num_reqs, plan=plan, schedule=schedule, return_lse=True, **drafts)
+                       num_reqs=c.num_reqs, plan=plan, schedule=schedule, return_lse=True,
+                       k_scale=c.k_scale_np, v_scale=c.v_scale_np, **drafts)
     want, want_lse = oracle.verify_attention_drafts(
         c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, window=c.window, num_reqs=c.num_reqs,
         tokens_per_request=c.NQ, k_scale=c.k_scale_np, v_scale=c.v_scale_np, **drafts)
@@ -294,6 +295,21 @@ def test_drafts_ragged_trees_and_lse(emu, schedule, window):
     mask, depth = _trees(rng, 4, c.NQ)
     check_drafts(emu, c, schedule, f"tree w{window}", draft_lens=np.array([8, 5, 8, 2], np.int32),
                  tree_mask=mask, draft_depths=depth)
+
+
+@pytest.mark.parametrize("kind", SCALE_KINDS)
+@pytest.mark.parametrize("fmt", FP8_DTYPES)
+def test_drafts_fp8(emu, emu_staged, fmt, kind):
+    """Ragged drafts and trees over FP8 caches, both forms (direct: gfx942 / gfx950 as built;
+    staged: the gfx950 build NVIDIA's form runs in), against the oracle."""
+    rng = np.random.default_rng(31)
+    c = make_case(rng, 3, [500, 40, 130], P=40, window=64, kv_dtype=fmt, scale_kind=kind)
+    mask, depth = _trees(rng, 3, c.NQ)
+    for e in (emu, emu_staged) if emu.target == "gfx950" else (emu,):
+        check_drafts(e, c, "wave_serial", f"fp8 ragged {fmt} {kind}",
+                     draft_lens=np.array([5, 8, 1], np.int32))
+        check_drafts(e, c, "lockstep", f"fp8 tree {fmt} {kind}", draft_lens=np.array([8, 3, 6], np.int32),
+                     tree_mask=mask, draft_depths=depth)
 
 
 def test_drafts_tree_slots_no_row_sees_are_never_read(emu):

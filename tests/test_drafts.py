@@ -21,13 +21,6 @@ NQ = 8
 LSE_TOL = {"bfloat16": 2e-3, "fp8": 2e-2}
 
 
-def needs_bf16_on_gpu(backend, kv_dtype):
-    """The GPU kernels of the drafts target take a bf16 cache (README, Drafts, trees and LSE)."""
-    if backend == "ffi" and _ffi.current_platform() != "cpu" and kv_dtype != "bfloat16":
-        pytest.skip(f"the {_ffi.current_platform()} drafts kernels take a bf16 cache; {kv_dtype} with "
-                    "draft operands runs on the CPU handler and the reference")
-
-
 def causal_masks(r, nq=NQ):
     return np.tile(((2 << np.arange(nq, dtype=np.uint64)) - 1).astype(np.uint32), (r, 1))
 
@@ -148,7 +141,6 @@ def test_tree_without_diagonal_and_rows_that_see_nothing(rng, backend):
                                                  ("float8_e4m3fnuz", "tensor")])
 @pytest.mark.parametrize("window", [None, 6])
 def test_trees_fp8(rng, backend, kv_dtype, scale_kind, window):
-    needs_bf16_on_gpu(backend, kv_dtype)
     r = 3
     mask, depth = random_trees(rng, r)
     counts = np.array([8, 6, 4], np.int32)
@@ -184,7 +176,6 @@ def test_chain_is_reproduced_bit_for_bit(rng, backend, window, num_splits, monke
 
 
 def test_ragged_fp8_lse_of_a_chain(rng, backend):
-    needs_bf16_on_gpu(backend, "float8_e4m3fn")
     c = make_case(rng, 3, [700, 20, 9], P=48, window=100, kv_dtype="float8_e4m3fn",
                   scale_kind="token")
     check(c, backend, "fp8 ragged", lse_tol=LSE_TOL["fp8"], draft_lens=np.array([2, 8, 7], np.int32))
@@ -196,7 +187,6 @@ def test_ragged_fp8_lse_of_a_chain(rng, backend):
 def test_draft_slots_no_row_sees_are_never_read(rng, backend, kv_dtype):
     """Drafts that no row of a tree sees (no bit anywhere, their own included): NaN in their
     K/V slots (FP8: NaN bytes and a NaN per-token scale) changes nothing."""
-    needs_bf16_on_gpu(backend, kv_dtype)
     r = 3
     mask, depth = random_trees(rng, r, junk_bits=False)
     hidden = [(0, 7), (0, 6), (1, 2), (2, 5)]  # leaves made invisible: clear their bits
@@ -473,17 +463,6 @@ def test_bad_packed_and_merge_arguments(rng):
         merge(o, jnp.zeros((4, 3)), o, jnp.zeros((4, 3)))
     with pytest.raises(TypeError, match="out_a must be of a floating dtype, got int32"):
         merge(o.astype(jnp.int32), l, o.astype(jnp.int32), l)
-
-
-def test_gpu_drafts_kernels_refuse_an_fp8_cache_at_trace_time(rng, monkeypatch):
-    c = make_case(rng, 2, [40, 20], P=4, poison=False, kv_dtype="float8_e4m3fn", scale_kind="tensor")
-    monkeypatch.setattr(_ffi, "current_platform", lambda: "CUDA")
-    monkeypatch.setitem(_ffi.REGISTERED, "CUDA", object())
-    monkeypatch.setitem(_ffi.DRAFTS_REGISTERED, "CUDA", object())
-    with pytest.raises(NotImplementedError, match="bfloat16 cache only, got kv_cache float8_e4m3fn"):
-        jax.jit(lambda q: jax_muse_attn.verify_attention(
-            q, c.kv, c.bt, c.sl, scale=c.scale, backend="ffi", k_scale=c.k_scale, v_scale=c.v_scale,
-            return_lse=True)).lower(c.q)
 
 
 def test_gpu_kernels_refuse_draft_arguments_at_trace_time(rng, monkeypatch):

@@ -120,7 +120,7 @@ inline dim3 split_grid_two_pairs(const VerifyParams& p) {
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of an FP8 cache (kv_format != bf16; per_tile whatever the plan says).
 gpuError_t launch_split_fp8(const VerifyParams& p, gpuStream_t stream);
-// The split kernel of the drafts target (ragged drafts, trees; a bf16 cache; per_tile).
+// The split kernel of the drafts target (ragged drafts, trees; bf16 or FP8 cache; per_tile).
 gpuError_t launch_split_drafts(const VerifyParams& p, gpuStream_t stream);
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when

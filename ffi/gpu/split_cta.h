@@ -137,13 +137,19 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
 // [key_lo[rr], ctx) and the drafts of bits[rr] (draft j: key ctx + j). A row that is no live
 // draft (dead_rows) is masked as it may be: its partial is written empty whatever its scores,
 // so whole tiles need no mask for it.
+// The whole tiles are a tree's for the deepest a depth can be (NQ - 1; a ragged chain's are
+// within them), worked out a tile at a time from the geometry and the parameters: held in
+// registers across the loop they spill the FP8 kernels.
 template <int R>
 struct DraftLaneMask {
-  int ctx;
+  const VerifyParams& p;
+  const RequestGeometry& g;
   int key_lo[R];
   uint32_t bits[R];
-  int whole_lo, whole_hi;
+  __device__ __forceinline__ int ctx() const { return g.ctx; }
   __device__ __forceinline__ bool boundary(int t, unsigned pages_ok) const {
+    int whole_lo, whole_hi;
+    tree_whole_tiles(g.ctx, p.tokens - 1, p.window, &whole_lo, &whole_hi);
     return pages_ok != 0xFu || t < whole_lo || t >= whole_hi;
   }
 };
@@ -184,20 +190,13 @@ __device__ __forceinline__ DraftLaneMask<WarpAttention<D>::kRowsPerLane> draft_l
     const VerifyParams& p, int req, const RequestGeometry& g, int count, const WarpAttention<D>& w,
     int row0) {
   constexpr int R = WarpAttention<D>::kRowsPerLane;
-  DraftLaneMask<R> m;
-  m.ctx = g.ctx;
+  DraftLaneMask<R> m{p, g, {}, {}};
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
     const DraftRow d = draft_row(p, req, g.ctx, count, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
     m.key_lo[rr] = d.key_lo;
     m.bits[rr] = d.draft_bits;
   }
-  // A tree's whole tiles for the deepest a depth can be (clamped to NQ - 1): no row's window
-  // starts later.
-  if (p.draft_kind == static_cast<int>(DraftKind::kTree))
-    tree_whole_tiles(g.ctx, p.tokens - 1, p.window, &m.whole_lo, &m.whole_hi);
-  else
-    whole_tiles(g.ctx, count, p.window, &m.whole_lo, &m.whole_hi);
   return m;
 }
 
@@ -223,8 +222,8 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
 #pragma unroll
   for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i) {
     const int k = w.key_of(i), key = t * kTileKeys + k;
-    const unsigned j = static_cast<unsigned>(key - mask.ctx);
-    const bool ctx_vis = (key >= mask.key_lo[rr]) & (key < mask.ctx);
+    const unsigned j = static_cast<unsigned>(key - mask.ctx());
+    const bool ctx_vis = (key >= mask.key_lo[rr]) & (key < mask.ctx());
     const bool draft_vis = (j < 32u) & (((mask.bits[rr] >> (j & 31u)) & 1u) != 0);
     const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (ctx_vis | draft_vis);
     s[i] = vis ? s[i] : neg_inf();
@@ -405,7 +404,7 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false, bool kDrafts = false>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   static_assert(!(kFp8 && (kTwoTile || kFillRing)), "FP8 tiles one at a time");
-  static_assert(!(kDrafts && (kTwoTile || kFillRing || kFp8)), "drafts: a bf16 cache, tiles one at a time");
+  static_assert(!(kDrafts && (kTwoTile || kFillRing)), "drafts tiles one at a time");
   MUSE_DYNAMIC_SHARED(smem_raw);
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -462,13 +461,19 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
   // A tree's draft slots that no row sees are never read (mask.h tree_read_bits): worked out
-  // again for each of the (at most two) tiles holding draft slots, so that nothing of it stays
-  // in registers across the loop.
+  // once by thread 0 into shared memory, read back for the (at most two) tiles holding draft
+  // slots, so that nothing of it stays in registers across the loop.
+  const uint32_t* unread_drafts = nullptr;
+  if constexpr (kDrafts) {
+    __shared__ uint32_t unread_word;
+    if (tid == 0) lds_write(&unread_word, unread_tree_drafts(p, c.req, g.ctx, count));
+    __syncthreads();
+    unread_drafts = &unread_word;
+  }
   auto unread_keys = [&](int tile) -> uint64_t {
     if constexpr (kDrafts) {
       if (p.draft_kind != static_cast<int>(DraftKind::kTree) || (tile + 1) * kTileKeys <= g.ctx) return 0u;
-      const int n = request_draft_count(p, c.req);
-      return tile_unread_keys(unread_tree_drafts(p, c.req, g.ctx, n), tile, g.ctx);
+      return tile_unread_keys(lds_value(*unread_drafts), tile, g.ctx);
     } else {
       return 0u;
     }

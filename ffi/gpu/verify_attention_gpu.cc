@@ -165,10 +165,6 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
   status = check_drafts(draft_lens.dimensions(), tree_mask.dimensions(), draft_depths.dimensions(),
                         lse->dimensions(), draft_kind, return_lse, &pr);
   if (status.failure()) return status;
-  if (pr.kv_format != KvFormat::kBf16)
-    return ffi::Error::InvalidArgument(
-        "jax_muse_attn verify_attention (GPU): the drafts target takes a bf16 cache (FP8 with "
-        "draft operands or lse runs on the CPU handler and the reference)");
   p.draft_kind = static_cast<int>(pr.draft_kind);
   p.draft_lens = pr.draft_kind != DraftKind::kChain ? draft_lens.typed_data() : nullptr;
   p.tree_mask = pr.draft_kind == DraftKind::kTree ? tree_mask.typed_data() : nullptr;
