@@ -22,12 +22,13 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FFI = os.path.join(ROOT, "ffi")
 TARGETS = ("gfx942", "gfx950")
-# MI300X (gfx942: 304 CUs) and MI355X (gfx950: 256 CUs), as the launch plan describes them.
+# MI300X (gfx942: 304 CUs) and MI355X (gfx950: 256 CUs), as the launch plan describes them
+# (amd_gfx picks the row of the AMD plan's table, ffi/gpu/amd_targets.h).
 DEVICES = {
     "gfx942": dict(vendor="amd", multiprocessors=304, compute_major=0, warp_size=64,
-                   merge_can_wait=False, has_two_pairs=False),
+                   merge_can_wait=False, has_two_pairs=False, amd_gfx=942),
     "gfx950": dict(vendor="amd", multiprocessors=256, compute_major=0, warp_size=64,
-                   merge_can_wait=False, has_two_pairs=False),
+                   merge_can_wait=False, has_two_pairs=False, amd_gfx=950),
 }
 SCHEDULES = {"lockstep": 0, "wave_serial": 1}
 SOURCES = [os.path.join(FFI, "gpu", f) for f in (
