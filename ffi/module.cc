@@ -69,7 +69,7 @@ NB_MODULE(_muse_attn, m) {
       [](int head_dim, int tokens, int num_q_heads, int num_kv_heads, int num_requests, int pages,
          int window, const std::string& vendor, int multiprocessors, int compute_major,
          int warp_size, bool merge_can_wait, bool has_two_pairs, int num_splits,
-         const std::string& overrides, bool kv_fp8, bool drafts) {
+         const std::string& overrides, bool kv_fp8, bool drafts, int amd_gfx) {
         const CallShape shape{head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages,
                               window, kv_fp8, drafts};
         Device device;
@@ -82,6 +82,7 @@ NB_MODULE(_muse_attn, m) {
         device.warp_size = warp_size;
         device.merge_can_wait = merge_can_wait;
         device.has_two_pairs = has_two_pairs;
+        device.amd_gfx = amd_gfx;
         Overrides o;
         if (std::string err = parse_overrides(overrides, &o); !err.empty())
           throw nb::value_error(("MUSE_ATTN_LAUNCH: " + err).c_str());
@@ -100,7 +101,34 @@ NB_MODULE(_muse_attn, m) {
       nb::arg("num_requests"), nb::arg("pages"), nb::arg("window"), nb::arg("vendor"),
       nb::arg("multiprocessors"), nb::arg("compute_major"), nb::arg("warp_size"),
       nb::arg("merge_can_wait"), nb::arg("has_two_pairs"), nb::arg("num_splits"),
-      nb::arg("overrides"), nb::arg("kv_fp8") = false, nb::arg("drafts") = false);
+      nb::arg("overrides"), nb::arg("kv_fp8") = false, nb::arg("drafts") = false,
+      nb::arg("amd_gfx") = 0);
+  // The AMD plan's table (gpu/amd_targets.h), one dict a target, with the values it derives.
+  m.def("amd_targets", []() {
+    nb::list rows;
+    for (const AmdTarget& t : kAmdTargets) {
+      nb::dict d;
+      d["gfx"] = t.gfx;
+      d["name"] = t.name;
+      d["cus"] = t.cus;
+      d["lds_bytes"] = t.lds_bytes;
+      d["lds_granule"] = t.lds_granule;
+      d["vgprs_per_simd"] = t.vgprs_per_simd;
+      d["vgpr_granule"] = t.vgpr_granule;
+      d["max_waves_per_simd"] = t.max_waves_per_simd;
+      d["simds_per_cu"] = t.simds_per_cu;
+      d["split_vgprs_d64"] = t.split_vgprs_d64;
+      d["split_vgprs_d128"] = t.split_vgprs_d128;
+      d["split_ctas_per_cu_d64"] = t.split_ctas_per_cu_d64;
+      d["split_ctas_per_cu_d128"] = t.split_ctas_per_cu_d128;
+      d["split_lds_bytes_d64"] = amd_split_lds_bytes(64);
+      d["split_lds_bytes_d128"] = amd_split_lds_bytes(128);
+      rows.append(d);
+    }
+    return rows;
+  });
+  m.def("amd_gfx_number", [](const std::string& arch) { return amd_gfx_number(arch.c_str()); },
+        nb::arg("arch"));
 #if defined(MUSE_ATTN_WITH_CUDA) || defined(MUSE_ATTN_WITH_HIP)
   m.def(
       "gpu_device",
@@ -122,6 +150,7 @@ NB_MODULE(_muse_attn, m) {
         d["warp_size"] = f[kMuseDeviceWarpSize];
         d["merge_can_wait"] = f[kMuseDeviceMergeCanWait] != 0;
         d["has_two_pairs"] = f[kMuseDeviceHasTwoPairs] != 0;
+        d["amd_gfx"] = f[kMuseDeviceAmdGfx];
         return d;
       },
       nb::arg("ordinal"));

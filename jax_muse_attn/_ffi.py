@@ -76,10 +76,11 @@ def _gpu_device(ordinal: int) -> tuple:
 
 def device_description(platform: str) -> dict:
     """What the launch plan needs of JAX's default device (ffi/gpu/launch_plan.h Device): vendor,
-    multiprocessors, compute_major, warp_size, merge_can_wait, has_two_pairs."""
+    multiprocessors, compute_major, warp_size, merge_can_wait, has_two_pairs, amd_gfx (AMD's gfx
+    target number, 942 or 950, which picks the row of the AMD plan's table; 0 elsewhere)."""
     if platform == "cpu":
         return dict(vendor="cpu", multiprocessors=0, compute_major=0, warp_size=1,
-                    merge_can_wait=False, has_two_pairs=False)
+                    merge_can_wait=False, has_two_pairs=False, amd_gfx=0)
     device = jax.devices()[0]
     ordinal = getattr(device, "local_hardware_id", None)
     return dict(_gpu_device(int(ordinal if ordinal is not None else device.id)))
@@ -97,7 +98,8 @@ def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: 
         shapes.num_requests, shapes.pages, shapes.window, d["vendor"], d["multiprocessors"],
         d["compute_major"], d["warp_size"], d["merge_can_wait"], d["has_two_pairs"],
         int(num_splits), overrides, shapes.kv_dtype != "bfloat16",
-        getattr(shapes, "drafts", "chain") != "chain" or bool(getattr(shapes, "lse", False))))
+        getattr(shapes, "drafts", "chain") != "chain" or bool(getattr(shapes, "lse", False)),
+        int(d.get("amd_gfx", 0))))
 
 
 # The launch plan's split kernels in the handlers' numbering (gpu::SplitKernel).

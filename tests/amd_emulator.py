@@ -22,12 +22,13 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FFI = os.path.join(ROOT, "ffi")
 TARGETS = ("gfx942", "gfx950")
-# MI300X (gfx942: 304 CUs) and MI355X (gfx950: 256 CUs), as the launch plan describes them.
+# MI300X (gfx942: 304 CUs) and MI355X (gfx950: 256 CUs), as the launch plan describes them
+# (amd_gfx picks the row of the AMD plan's table, ffi/gpu/amd_targets.h).
 DEVICES = {
     "gfx942": dict(vendor="amd", multiprocessors=304, compute_major=0, warp_size=64,
-                   merge_can_wait=False, has_two_pairs=False),
+                   merge_can_wait=False, has_two_pairs=False, amd_gfx=942),
     "gfx950": dict(vendor="amd", multiprocessors=256, compute_major=0, warp_size=64,
-                   merge_can_wait=False, has_two_pairs=False),
+                   merge_can_wait=False, has_two_pairs=False, amd_gfx=950),
 }
 SCHEDULES = {"lockstep": 0, "wave_serial": 1}
 SOURCES = [os.path.join(FFI, "gpu", f) for f in (
@@ -35,6 +36,7 @@ SOURCES = [os.path.join(FFI, "gpu", f) for f in (
     "merge_kernel.cu.cc")] + [
     os.path.join(FFI, "gpu", "emu", f) for f in ("emulator.cc", "entry.cc")]
 PROBES = os.path.join(ROOT, "tests", "emu_probes.cc")  # kernels with planted bugs
+OPS_PROBES = os.path.join(ROOT, "tests", "emu_ops_probes.cc")  # gpu/amd_ops.h's helpers
 RUN_CASE = os.path.join(FFI, "gpu", "emu", "run_case.cc")
 
 
@@ -57,7 +59,7 @@ def find_clang() -> str | None:
 
 def _digest(extra: list[str]) -> str:
     h = hashlib.sha256(" ".join(extra).encode())
-    files = SOURCES + [PROBES, RUN_CASE] + sorted(glob.glob(os.path.join(FFI, "**", "*.h"),
+    files = SOURCES + [PROBES, OPS_PROBES, RUN_CASE] + sorted(glob.glob(os.path.join(FFI, "**", "*.h"),
                                                             recursive=True))
     for f in files:
         with open(f, "rb") as fh:
@@ -83,7 +85,7 @@ def build(target: str, out_dir: str, sanitize: bool = False, executable: bool = 
                   "-fno-omit-frame-pointer"]
     else:
         flags += ["-O2"]
-    sources = SOURCES + [RUN_CASE if executable else PROBES]
+    sources = SOURCES + ([RUN_CASE] if executable else [PROBES, OPS_PROBES])
     name = f"emu_{target}_{'san_' if sanitize else ''}{_digest(flags + sources)}"
     path = os.path.join(out_dir, name + ("" if executable else ".so"))
     if not os.path.exists(path):
@@ -195,6 +197,22 @@ class Emulator:
         if self.lib.muse_emu_mfma(ptr(a), ptr(b), ptr(c), ptr(d), err, len(err)) != 0:
             raise EmulatorError(err.value.decode())
         return d
+
+    def ops_probe(self, which: int, inputs, outputs: int, *, threads: int = 128, variant: int = 0,
+                  lds_words: int = 0, schedule: str = "lockstep", seed: int = 3):
+        """The output words (uint32 [outputs]) of probe kernel `which` of tests/emu_ops_probes.cc
+        run on one block of `threads` from the input words (LDS first: lds_words of them)."""
+        inp = np.ascontiguousarray(np.asarray(inputs).view(np.uint32).reshape(-1))
+        out = np.zeros(outputs, np.uint32)
+        err = ctypes.create_string_buffer(2048)
+        f = self.lib.muse_emu_ops_probe
+        f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                      ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int]
+        rc = f(which, variant, threads, inp.ctypes.data, lds_words, out.ctypes.data,
+               SCHEDULES[schedule], seed, err, len(err))
+        if rc != 0:
+            raise EmulatorError(err.value.decode())
+        return out
 
     def probe(self, which: int, schedule: str = "lockstep", seed: int = 3) -> str:
         """"" (ran clean) or the emulator's message for probe kernel `which` (tests/emu_probes.cc)."""

@@ -805,7 +805,7 @@ def roofline_row(cfg, plan: dict, gpu: Gpu, split: Optional[dict], merge: Option
 def amd_device(gpu: Gpu) -> dict:
     """The launch plan's description of the device (as tests/amd_emulator.py describes it)."""
     return dict(vendor="amd", multiprocessors=gpu.cus, compute_major=0, warp_size=64,
-                merge_can_wait=False, has_two_pairs=False)
+                merge_can_wait=False, has_two_pairs=False, amd_gfx=int(gpu.arch[3:]))
 
 
 def _bench():

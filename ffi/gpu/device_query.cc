@@ -19,6 +19,14 @@ bool describe_current_device(Device* out) {
   d.compute_major = device_compute_major();
   d.merge_can_wait = device_supports_pdl() && merge_waits_for_split();
   d.has_two_pairs = pingpong_two_pairs_loaded();
+#if defined(MUSE_ATTN_HIP)
+  int dev = 0;
+  hipDeviceProp_t prop;
+  if (current_device(&dev) == gpuSuccess && hipGetDeviceProperties(&prop, dev) == hipSuccess)
+    d.amd_gfx = amd_gfx_number(prop.gcnArchName);  // "gfx950:sramecc+:xnack-" -> 950
+  else
+    (void)gpuGetLastError();
+#endif
   *out = d;
   return true;
 }
@@ -51,5 +59,6 @@ extern "C" int MUSE_GPU_HANDLER_SYMBOL(MuseDescribeGpu)(int ordinal, int out[kMu
   out[kMuseDeviceWarpSize] = d.warp_size;
   out[kMuseDeviceMergeCanWait] = d.merge_can_wait ? 1 : 0;
   out[kMuseDeviceHasTwoPairs] = d.has_two_pairs ? 1 : 0;
+  out[kMuseDeviceAmdGfx] = d.amd_gfx;
   return 0;
 }

@@ -11,6 +11,7 @@ enum MuseDeviceField {
   kMuseDeviceWarpSize,         // 32 or 64
   kMuseDeviceMergeCanWait,     // 1: the loaded merge code can be a dependent launch
   kMuseDeviceHasTwoPairs,      // 1: the loaded split code has the two-pair ping-pong kernel
+  kMuseDeviceAmdGfx,           // AMD: the gfx target number (942, 950); 0 elsewhere or unknown
   kMuseNumDeviceFields
 };
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <string>
 
+#include "gpu/amd_targets.h"
 #include "gpu/tuning.h"
 #include "muse_attn/host_device.h"
 
@@ -33,6 +34,47 @@ enum class Vendor : int { kCpu = 0, kNvidia = 1, kAmd = 2 };
 MUSE_HD_CONSTEXPR int split_stages(Vendor vendor, int head_dim) {
   return vendor == Vendor::kAmd ? (head_dim == 64 ? 3 : 1) : (head_dim == 64 ? 4 : 2);
 }
+// ---- The AMD table's derivation (amd_targets.h).
+
+// Bytes of LDS one split workgroup takes on AMD: its K/V stages and the query tile (split_cta.h
+// split_smem_bytes, which asserts it equals this).
+MUSE_HD_CONSTEXPR int amd_split_lds_bytes(int head_dim) {
+  return split_stages(Vendor::kAmd, head_dim) * 2 * 64 * head_dim * 2 + kMaxRows * head_dim * 2;
+}
+// Split workgroups a CU holds by LDS.
+constexpr int amd_ctas_by_lds(const AmdTarget& t, int head_dim) {
+  const int alloc = (amd_split_lds_bytes(head_dim) + t.lds_granule - 1) / t.lds_granule * t.lds_granule;
+  return t.lds_bytes / alloc;
+}
+// Split workgroups a CU holds by VGPRs: a workgroup's 4 waves take one wave slot of each SIMD.
+constexpr int amd_ctas_by_vgprs(const AmdTarget& t, int vgprs) {
+  const int alloc = (vgprs + t.vgpr_granule - 1) / t.vgpr_granule * t.vgpr_granule;
+  const int waves = std::min(t.vgprs_per_simd / alloc, t.max_waves_per_simd);
+  return waves * t.simds_per_cu / (kMaxRows / 16);
+}
+constexpr int amd_split_ctas_per_cu(const AmdTarget& t, int head_dim) {
+  return std::max(1, std::min(amd_ctas_by_lds(t, head_dim),
+                              amd_ctas_by_vgprs(t, head_dim == 64 ? t.split_vgprs_d64
+                                                                  : t.split_vgprs_d128)));
+}
+constexpr bool amd_table_is_derived() {
+  for (const AmdTarget& t : kAmdTargets)
+    if (t.split_ctas_per_cu_d64 != amd_split_ctas_per_cu(t, 64) ||
+        t.split_ctas_per_cu_d128 != amd_split_ctas_per_cu(t, 128))
+      return false;
+  return true;
+}
+static_assert(amd_table_is_derived(), "an AMD table value differs from its derivation");
+
+// The tuning the plan applies on an AMD target: tuning.h's, with the one-wave target (split
+// CTAs an SM) from the table.
+constexpr Tuning amd_tuning(const AmdTarget& a, const Tuning& base) {
+  Tuning r = base;
+  r.ctas_per_sm_d64 = a.split_ctas_per_cu_d64;
+  r.ctas_per_sm_d128 = a.split_ctas_per_cu_d128;
+  return r;
+}
+
 // A merge CTA: at least 256 threads, one row's W warps at least.
 MUSE_HD_CONSTEXPR int merge_threads(int warps, int warp_size) {
   return warps * warp_size > 256 ? warps * warp_size : 256;
@@ -51,6 +93,7 @@ struct Device {
   int warp_size = 32;            // 64 on AMD (wave64)
   bool merge_can_wait = false;   // the loaded merge code can wait for the split kernel (PDL)
   bool has_two_pairs = false;    // the loaded split code has the two-pair ping-pong kernel
+  int amd_gfx = 0;               // AMD: the gfx target (942, 950; amd_targets.h), 0 unknown
 };
 
 // The static sizes of a call (one device's shard under tensor parallelism).
@@ -308,6 +351,11 @@ inline std::string plan_launch(const CallShape& s, const Device& d, int num_spli
       return "requests x KV heads = " + std::to_string(s.groups()) + ", more than the GPU grid's " +
              std::to_string(kMaxGroups);
     if (d.multiprocessors < 1) return "the device's multiprocessor count is unknown";
+  }
+  if (d.vendor == Vendor::kAmd) {  // AMD's own table (amd_targets.h)
+    const Tuning a = amd_tuning(amd_target(d.amd_gfx), t);
+    *out = plan_at(s, d, a, num_splits > 0 ? num_splits : default_num_splits(s, d, a), o);
+    return "";
   }
   *out = plan_at(s, d, t, num_splits > 0 ? num_splits : default_num_splits(s, d, t), o);
   return "";

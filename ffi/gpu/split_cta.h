@@ -60,6 +60,15 @@ constexpr int split_smem_bytes() {
 #endif
   return split_stages_bytes<D, kFp8>() + QTile<D, kMaxRows>::kBytes + pad;
 }
+#if defined(MUSE_ATTN_HIP)
+// The AMD plan's table reasons with these bytes (launch_plan.h amd_split_lds_bytes); the FP8
+// staged form is NVIDIA's, built for AMD only by the emulator's tests.
+static_assert(split_smem_bytes<64>() == amd_split_lds_bytes(64) &&
+                  split_smem_bytes<128>() == amd_split_lds_bytes(128) &&
+                  (kFp8Staged || (split_smem_bytes<64, true>() == amd_split_lds_bytes(64) &&
+                                  split_smem_bytes<128, true>() == amd_split_lds_bytes(128))),
+              "the AMD table's split LDS bytes");
+#endif
 
 // The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
 // (request, KV head), and its block of kMaxRows query rows blockIdx.z.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gpu/emu/hip/hip_runtime.h"
+#include "gpu/emu/lane_ops.h"
 #include "gpu/emu/mfma.h"
 
 #if defined(__has_feature)
@@ -97,7 +98,7 @@ constexpr size_t kGuardBytes = 4096;
 constexpr int kMaxThreads = 1024;
 
 enum class State { kReady, kWaiting, kDone };
-enum class Op { kNone, kShfl, kShflXor, kAny, kMfma, kBarrier };
+enum class Op { kNone, kShfl, kShflXor, kAny, kMfma, kLaneOp, kBarrier };
 
 const char* op_name(Op op) {
   switch (op) {
@@ -105,6 +106,7 @@ const char* op_name(Op op) {
     case Op::kShflXor: return "__shfl_xor";
     case Op::kAny: return "__any";
     case Op::kMfma: return "an MFMA";
+    case Op::kLaneOp: return "a cross-lane instruction (lane_ops.h)";
     case Op::kBarrier: return "__syncthreads";
     default: return "nothing";
   }
@@ -123,10 +125,12 @@ struct Lane {
   int i = 0;
   uint32_t a[4] = {}, b[4] = {};
   float c[4] = {};
+  uint32_t param = 0;  // a lane op's parameter
   // Results.
   float rf = 0.0f;
   int ri = 0;
   float rd[4] = {};
+  uint32_t ru[4] = {};
 };
 
 // ---- the emulator's state (one launch at a time) -----------------------------------------------
@@ -371,6 +375,26 @@ void resolve_wave(int w) {
       }
       mfma_f32_16x16_bf16(lead->i, a, b, c, d);
       for (int i = 0; i < kWaveSize; ++i) std::memcpy(lanes[i].rd, d[i], sizeof d[i]);
+      break;
+    }
+    case Op::kLaneOp: {
+      for (int i = 0; i < kWaveSize; ++i)  // these read any lane's registers
+        if (exited(i, *lead)) return;
+      uint32_t in[kWaveSize][4], out[kWaveSize][4] = {};
+      for (int i = 0; i < kWaveSize; ++i) {
+        if (lanes[i].i != lead->i || lanes[i].param != lead->param) {
+          record("a cross-lane instruction: lanes disagree on its operation or controls (" +
+                 where(&lanes[i]) + ")");
+          return;
+        }
+        std::memcpy(in[i], lanes[i].a, sizeof in[i]);
+      }
+      if (const char* missing = apply_lane_op(static_cast<LaneOp>(lead->i), lead->param, in, out)) {
+        record(std::string("not emulated: ") + missing + " at " + lead->file + ":" +
+               std::to_string(lead->line) + " (" + where(lead) + ")");
+        return;
+      }
+      for (int i = 0; i < kWaveSize; ++i) std::memcpy(lanes[i].ru, out[i], sizeof out[i]);
       break;
     }
     default:
@@ -670,6 +694,26 @@ void mfma_16x16_bf16(int k, const uint32_t* a_words, const uint32_t* b_words, co
   std::memcpy(l.b, b_words, sizeof(uint32_t) * (k / 8));
   std::memcpy(l.c, c, sizeof l.c);
   std::memcpy(d, arrive(Op::kMfma, file, line).rd, sizeof l.rd);
+}
+
+void lane_op(int op, uint32_t param, const uint32_t* in, uint32_t* out, const char* file, int line) {
+  Lane& l = *g_current;
+  l.i = op;
+  l.param = param;
+  std::memcpy(l.a, in, sizeof l.a);
+  std::memcpy(out, arrive(Op::kLaneOp, file, line).ru, sizeof l.ru);
+}
+
+void ds_read_b64_tr_b16(const void* p, uint32_t* out, const char* file, int line) {
+  if (reinterpret_cast<uintptr_t>(p) % 8 != 0) fail("ds_read_b64_tr_b16 at an address not 8-byte aligned", file, line);
+  lds_check_read(p, 8, file, line);  // every byte of each lane's 8 goes to some lane
+  uint32_t in[4] = {};
+  const uint64_t addr = reinterpret_cast<uintptr_t>(p);
+  std::memcpy(in, &addr, sizeof addr);
+  uint32_t r[4];
+  lane_op(static_cast<int>(LaneOp::kDsReadB64TrB16), 0, in, r, file, line);
+  out[0] = r[0];
+  out[1] = r[1];
 }
 
 void lds_note_write(const void* p, size_t bytes, const char* file, int line) {

@@ -57,6 +57,12 @@ void syncthreads(const char* file, int line);
 // C in, its 4 floats of D out (mfma.h: the lane layouts).
 void mfma_16x16_bf16(int k, const uint32_t* a_words, const uint32_t* b_words, const float* c,
                      float* d, const char* file, int line);
+// One of lane_ops.h's instructions (LaneOp op, its param) over the wave: this lane's 4 input
+// words in, its 4 output words out. Every lane of the wave must be live and reach it.
+void lane_op(int op, uint32_t param, const uint32_t* in, uint32_t* out, const char* file, int line);
+// ds_read_b64_tr_b16 at this lane's LDS address p (8-byte aligned, its 8 bytes written in the
+// block): this lane's 2 result words (lane_ops.h).
+void ds_read_b64_tr_b16(const void* p, uint32_t* out, const char* file, int line);
 
 // LDS accesses (the kernels' lds_read / lds_write / lds_value): a write marks its bytes written
 // for the rest of the block; a read of bytes not written is an error.

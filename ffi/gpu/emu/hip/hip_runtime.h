@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "gpu/emu/emulator.h"
+#include "gpu/emu/lane_ops.h"
 
 #if !defined(__HIP_DEVICE_COMPILE__)
 #error "the emulator runs the kernels' device code: compile with -D__HIP_DEVICE_COMPILE__"
@@ -121,6 +122,22 @@ inline float __shfl_xor(float v, int mask, int width = ::muse_emu::kWaveSize,
   if (width != ::muse_emu::kWaveSize) ::muse_emu::fail("__shfl_xor with a width other than 64", file, line);
   return ::muse_emu::shfl_xor(v, mask, file, line);
 }
+inline int __shfl(int v, int src, int width = ::muse_emu::kWaveSize,
+                  const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  float f;
+  std::memcpy(&f, &v, sizeof f);  // the bits travel unchanged
+  f = __shfl(f, src, width, file, line);
+  std::memcpy(&v, &f, sizeof v);
+  return v;
+}
+inline int __shfl_xor(int v, int mask, int width = ::muse_emu::kWaveSize,
+                      const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+  float f;
+  std::memcpy(&f, &v, sizeof f);
+  f = __shfl_xor(f, mask, width, file, line);
+  std::memcpy(&v, &f, sizeof v);
+  return v;
+}
 inline int __any(int pred, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   return ::muse_emu::any(pred, file, line);
 }
@@ -171,6 +188,56 @@ inline muse_emu_float4 __builtin_amdgcn_mfma_f32_16x16x32_bf16(
     muse_emu_bf16x8 a, muse_emu_bf16x8 b, muse_emu_float4 c, int cbsz, int abid, int blgp,
     const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
   return ::muse_emu::mfma_builtin<32>(a, b, c, cbsz, abid, blgp, file, line);
+}
+
+// ---- gfx950 cross-lane and conversion instructions (gpu/amd_ops.h), as clang declares the
+// builtins (BuiltinsAMDGPU.def); their semantics: gpu/emu/lane_ops.h.
+#if defined(__gfx950__)
+typedef unsigned muse_emu_uint2 __attribute__((ext_vector_type(2)));
+inline muse_emu_short4 __builtin_amdgcn_ds_read_tr16_b64_v4i16(
+    __attribute__((address_space(3))) muse_emu_short4* p, const char* file = __builtin_FILE(),
+    int line = __builtin_LINE()) {
+  uint32_t w[2];
+  ::muse_emu::ds_read_b64_tr_b16((const void*)p, w, file, line);
+  muse_emu_short4 v;
+  std::memcpy(&v, w, sizeof v);
+  return v;
+}
+inline muse_emu_uint2 muse_emu_permlane_swap(::muse_emu::LaneOp op, unsigned vdst_old, unsigned src0,
+                                             const char* file, int line) {
+  const uint32_t in[4] = {vdst_old, src0, 0, 0};
+  uint32_t out[4];
+  ::muse_emu::lane_op(static_cast<int>(op), 0, in, out, file, line);
+  return muse_emu_uint2{out[0], out[1]};
+}
+inline muse_emu_uint2 __builtin_amdgcn_permlane16_swap(unsigned vdst_old, unsigned src0, bool fi,
+                                                      bool bound_ctrl,
+                                                      const char* file = __builtin_FILE(),
+                                                      int line = __builtin_LINE()) {
+  (void)fi, (void)bound_ctrl;  // every lane is live: neither changes the result
+  return muse_emu_permlane_swap(::muse_emu::LaneOp::kPermlane16Swap, vdst_old, src0, file, line);
+}
+inline muse_emu_uint2 __builtin_amdgcn_permlane32_swap(unsigned vdst_old, unsigned src0, bool fi,
+                                                      bool bound_ctrl,
+                                                      const char* file = __builtin_FILE(),
+                                                      int line = __builtin_LINE()) {
+  (void)fi, (void)bound_ctrl;
+  return muse_emu_permlane_swap(::muse_emu::LaneOp::kPermlane32Swap, vdst_old, src0, file, line);
+}
+// v_cvt_pk_bf16_f32 has no builtin: gpu/amd_ops.h converts a float pair with
+// __builtin_convertvector, which the host would lower its own way; this hook is the model.
+#define MUSE_EMU_CVT_PK_BF16_F32(a, b) ::muse_emu::cvt_pk_bf16_f32((a), (b))
+#endif
+// DPP exists on gfx942 and gfx950 alike.
+inline int __builtin_amdgcn_update_dpp(int old, int src, int dpp_ctrl, int row_mask, int bank_mask,
+                                       bool bound_ctrl, const char* file = __builtin_FILE(),
+                                       int line = __builtin_LINE()) {
+  const uint32_t in[4] = {static_cast<uint32_t>(old), static_cast<uint32_t>(src), 0, 0};
+  uint32_t out[4];
+  ::muse_emu::lane_op(static_cast<int>(::muse_emu::LaneOp::kDpp),
+                      ::muse_emu::dpp_param(dpp_ctrl, row_mask, bank_mask, bound_ctrl), in, out, file,
+                      line);
+  return static_cast<int>(out[0]);
 }
 
 // ---- the kernels' LDS accesses (gpu/vendor.h lds_read / lds_write / lds_value), checked ------
