@@ -9,7 +9,8 @@ D 64, bf16, 8 new tokens a request, 16-key pages, shuffled block ids, every requ
 context, causal, scale 1/8; SWA (window 2048) at 32k and full attention at 2k, 8k, 32k, 128k, each
 for R = 1, 2, 4, 8, 16 requests. Config names: ``full32k-r4``, ``swa32k-r16``, ``swa2k-w256-r2``
 (``--configs`` takes comma-separated names or fnmatch patterns, e.g. ``'full128k-*,swa*'``; any
-name that parses runs, on the grid or not). A ``-fp8`` suffix (``full32k-r4-fp8``) reads a
+name that parses runs, on the grid or not; ``-drafts``, ``-tree`` or ``-lse`` after a name runs
+the drafts target's call beside it: ragged draft counts, a token tree, the lse returned). A ``-fp8`` suffix (``full32k-r4-fp8``) reads a
 float8_e4m3fn cache with per-tensor scales 1 (every peer's fastest form); ``--kv-dtypes bf16,fp8``
 runs each selected config with both caches. ``--grid serving`` is serving scale: R = 32-256 at
 SWA 32k and full 2k / 8k, 32-128 at 32k, 32-64 at 128k, and ragged batches (``ragged1k-128k-r64``:
@@ -81,8 +82,8 @@ class Config:
     """One benchmark config: R requests of context L each, or (ragged: span = (lo, hi)) of
     lengths drawn log-uniformly in [lo, hi] from a seed of the name, L their longest."""
 
-    def __init__(self, L, R, window=None, kv="bf16", span=None):
-        self.R, self.window, self.kv, self.span = int(R), window, kv, span
+    def __init__(self, L, R, window=None, kv="bf16", span=None, call="chain"):
+        self.R, self.window, self.kv, self.span, self.call = int(R), window, kv, span, call
         self.L = int(L) if span is None else max(self.lens)
 
     @property
@@ -96,7 +97,7 @@ class Config:
 
     @property
     def name(self):
-        suffix = "" if self.kv == "bf16" else f"-{self.kv}"
+        suffix = ("" if self.kv == "bf16" else f"-{self.kv}") + ("" if self.call == "chain" else f"-{self.call}")
         if self.span is not None:
             w = "" if self.window is None else f"-w{self.window}"
             return f"ragged{_k(self.span[0])}-{_k(self.span[1])}{w}-r{self.R}{suffix}"
@@ -114,7 +115,28 @@ class Config:
         return self.span is not None
 
     def with_kv(self, kv):
-        return Config(self.L, self.R, self.window, kv, self.span)
+        return Config(self.L, self.R, self.window, kv, self.span, self.call)
+
+    def with_call(self, call):
+        return Config(self.L, self.R, self.window, self.kv, self.span, call)
+
+    def draft_kwargs(self):
+        """The drafts target's arguments of a non-chain call (numpy): drafts: per-request counts
+        6, 4, 2, 8, ...; tree: one 8-draft tree a request (depths 0 1 1 2 2 2 3 3, a row's
+        mask its ancestors and itself); lse: the chain with return_lse."""
+        if self.call == "drafts":
+            return dict(draft_lens=np.array([NQ - ((r + 1) % 4) * 2 for r in range(self.R)], np.int32))
+        if self.call == "tree":
+            parent = (-1, 0, 0, 1, 1, 2, 3, 5)[:NQ]
+            bits, depth = [], []
+            for t, up in enumerate(parent):
+                bits.append((1 << t) | (bits[up] if up >= 0 else 0))
+                depth.append(depth[up] + 1 if up >= 0 else 0)
+            return dict(tree_mask=np.tile(np.array(bits, np.uint32), (self.R, 1)),
+                        draft_depths=np.tile(np.array(depth, np.int32), (self.R, 1)))
+        if self.call == "lse":
+            return dict(return_lse=True)
+        return {}
 
     @property
     def pages(self):
@@ -149,7 +171,7 @@ class Config:
     def as_dict(self):
         return dict(name=self.name, L=self.L, R=self.R, window=self.window, kv=self.kv, keys_read=self.keys_read,
                     kv_bytes=self.kv_bytes, q_heads=H_Q, kv_heads=H_KV, head_dim=D, page=PAGE,
-                    tokens=NQ, scale=SCALE, lens=list(self.lens) if self.ragged else None)
+                    tokens=NQ, scale=SCALE, lens=list(self.lens) if self.ragged else None, call=self.call)
 
 
 def _k(n):
@@ -160,7 +182,9 @@ def _n(text):
     return int(text[:-1]) * 1024 if text.endswith("k") else int(text)
 
 
-CONFIG_RE = r"(full|swa)(\d+k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?|ragged(\d+k?)-(\d+k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?"
+CALLS = ("drafts", "tree", "lse")  # the drafts target's calls beside the chain (Config.draft_kwargs)
+CONFIG_RE = (r"(?:(full|swa)(\d+k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?"
+             r"|ragged(\d+k?)-(\d+k?)(?:-w(\d+))?-r(\d+)(?:-(fp8))?)(?:-(drafts|tree|lse))?")
 
 
 def parse_config(name):
@@ -173,9 +197,9 @@ def parse_config(name):
         if not 0 < lo <= hi:
             raise ValueError(f"bad config name {name!r}: a ragged span needs 0 < lo <= hi")
         return Config(hi, int(m.group(9)), int(m.group(8)) if m.group(8) else None, m.group(10) or "bf16",
-                      span=(lo, hi))
+                      span=(lo, hi), call=m.group(11) or "chain")
     window = None if m.group(1) == "full" else int(m.group(3) or SWA_WINDOW)
-    return Config(_n(m.group(2)), int(m.group(4)), window, m.group(5) or "bf16")
+    return Config(_n(m.group(2)), int(m.group(4)), window, m.group(5) or "bf16", call=m.group(11) or "chain")
 
 
 # The serving-scale grid (--grid serving): a TP8 rank verifies 32-256 requests a step; at 32k and
@@ -474,12 +498,15 @@ def jax_worker(args):
                                                            num_splits=args.num_splits)
             scales = dict(k_scale=jnp.float32(KV_SCALE), v_scale=jnp.float32(KV_SCALE)) if cfg.fp8 else {}
 
+            drafts = {k: v if isinstance(v, bool) else jnp.asarray(v) for k, v in cfg.draft_kwargs().items()}
+            first = (lambda r: r[0]) if cfg.call == "lse" else (lambda r: r)  # out; lse left in the jit
+
             def ours(x, kv, bt, sl, w=w):
-                return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w,
-                                                      backend="ffi", num_splits=args.num_splits, **scales)
+                return first(jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, backend="ffi",
+                                                            num_splits=args.num_splits, **scales, **drafts))
 
             def ref(x, kv, bt, sl, w=w):
-                return reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, **scales)
+                return first(reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, **scales, **drafts))
 
             # A chain returns every call's output when it is checked (keep=True) and only the
             # last when it is timed: outputs that leave the jit get fresh buffers every run, a
@@ -791,6 +818,11 @@ def torch_worker(args):
         if rec is None:
             continue
         q = k = v = out = want = None
+        if cfg.call != "chain":  # the peers run the chain; a drafts call is compared with ours
+            rec.update(status="ok", fa2=dict(status="n/a"), xqa=dict(status="n/a"))
+            _save(args.result_file, res)
+            _emit("step", f"{cfg.name} n/a (peers run the chain)")
+            continue
         try:
             kv_t = torch.float8_e4m3fn if cfg.fp8 else torch.bfloat16
             kv = torch_hash_array((cfg.blocks, H_KV, PAGE, 2 * D), SEED_KV, dev, kv_t)
@@ -1040,9 +1072,13 @@ def build_summary(cfgs, modes, torch_res):
         row["ratio_to_fi_cold"] = _ratio(row.get("ours_cold_dev_us"), row["fi_cold_us"])
         row["ratio_to_xqa_cold"] = _ratio(row.get("ours_cold_dev_us"), row["xqa_cold_us"])
         rows.append(row)
-    # An FP8 config beside the same config with a bf16 cache, where the run has both.
+    # An FP8 config beside the same config with a bf16 cache, a drafts call beside the chain
+    # call of its config, where the run has both.
     by_name = {r["config"]: r for r in rows}
     for c, row in zip(cfgs, rows):
+        chain = by_name.get(c.with_call("chain").name) if c.call != "chain" else None
+        for key, col in (("", f"ours_{first}_us"), ("_dev", f"ours_dev_{first}_us")):
+            row[f"ratio_to_chain{key}"] = _ratio(row.get(col), chain.get(col)) if chain else None
         twin = by_name.get(c.with_kv("bf16").name) if c.fp8 else None
         for key, col in (("", f"ours_{first}_us"), ("_dev", f"ours_dev_{first}_us")):
             row[f"ratio_to_bf16{key}"] = _ratio(row.get(col), twin.get(col)) if twin else None
@@ -1060,9 +1096,11 @@ def _plan_text(plan):
 
 def format_table(rows, mode_names, copy):
     m0 = mode_names[0]
-    fp8 = any(r.get("ratio_to_bf16") or r["config"].endswith("-fp8") for r in rows)
+    fp8 = any(r.get("ratio_to_bf16") or "-fp8" in r["config"] for r in rows)
+    drafts = any(r["config"].endswith(tuple("-" + c for c in CALLS)) for r in rows)
     hdr = ["config", "KV MB", "splits", "split kernel", f"ours µs ({' / '.join(mode_names)})",
-           "ours dev µs", "GB/s dev", "% copy (host / dev)"] + (["× bf16 (host / dev)"] if fp8 else []) + [
+           "ours dev µs", "GB/s dev", "% copy (host / dev)"] + (["× bf16 (host / dev)"] if fp8 else []) + (
+           ["× chain (host / dev)"] if drafts else []) + [
            "FI hot µs", "× FI hot (host / dev)", "XQA hot µs", "× XQA hot (host / dev)",
            "cold µs, ours / FI / XQA", "× FI cold", "ref µs", "check"]
     lines = ["| " + " | ".join(hdr) + " |", "|" + "---|" * len(hdr)]
@@ -1076,6 +1114,8 @@ def format_table(rows, mode_names, copy):
                  f"{_fmt(r.get('pct_copy'), 0)} / {_fmt(r.get('pct_copy_dev'), 0)}"]
         if fp8:
             cells.append(f"{_fmt(r.get('ratio_to_bf16'), 2)} / {_fmt(r.get('ratio_to_bf16_dev'), 2)}")
+        if drafts:
+            cells.append(f"{_fmt(r.get('ratio_to_chain'), 2)} / {_fmt(r.get('ratio_to_chain_dev'), 2)}")
         cells += [_peer_cell(r, "fi"), f"{_fmt(r.get('ratio_to_fi_hot'), 2)} / {_fmt(r.get('ratio_to_fi_hot_dev'), 2)}",
                   _peer_cell(r, "xqa"), f"{_fmt(r.get('ratio_to_xqa_hot'), 2)} / {_fmt(r.get('ratio_to_xqa_hot_dev'), 2)}",
                   f"{_fmt(r.get('ours_cold_dev_us'))} / {_fmt(r.get('fi_cold_us'))} / {_fmt(r.get('xqa_cold_us'))}",
@@ -1086,7 +1126,8 @@ def format_table(rows, mode_names, copy):
                   f"cold: each call after an L2 flush, inside the jit or graph, by device timestamps; "
                   f"FI = FlashInfer fa2; XQA = FlashInfer's XQA (TensorRT-LLM's speculative-decoding "
                   f"kernel); ≈: a peer outside our tolerance by design, timed, with its relative error; "
-                  f"× bf16: the FP8 call over the same config's bf16 call."]
+                  f"× bf16: the FP8 call over the same config's bf16 call; × chain: a drafts-target call "
+                  f"(-drafts: ragged counts, -tree: a token tree, -lse: lse returned) over the chain call."]
     return "\n".join(lines)
 
 
@@ -1127,7 +1168,8 @@ def make_plot(rows, path, mode_names):
     for j, R in enumerate(rs):
         for k, (key, _, kv) in enumerate(impls):
             sub = [r for r in rows if r["R"] == R and r["config"].endswith("-fp8") == (kv == "fp8")
-                   and not r["config"].startswith("ragged")]  # a ragged batch has no one context
+                   and not r["config"].startswith("ragged")  # a ragged batch has no one context
+                   and not r["config"].endswith(tuple("-" + c for c in CALLS))]  # drafts calls: the table
             col = colors[k % len(colors)]
             for row_i, conv in ((0, lambda r, t: t), (1, lambda r, t: r["kv_bytes"] / (t * 1e-6) / 1e9)):
                 ax = axes[row_i][j]

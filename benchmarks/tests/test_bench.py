@@ -188,6 +188,27 @@ def test_bench_ragged_batch_is_checked(tmp_path):
     assert out["configs"][0]["lens"] == list(cfg.lens) and row["kv_bytes"] == cfg.kv_bytes
 
 
+def test_drafts_calls_beside_the_chain(tmp_path):
+    """-drafts / -tree / -lse: the drafts target's calls, checked against the reference with the
+    same arguments, each over its chain call in the table; the peers run only the chain."""
+    names = ["full1k-r3", "full1k-r3-drafts", "full1k-r3-tree", "full1k-r3-lse"]
+    for n in names:
+        assert bench.parse_config(n).name == n
+    kw = bench.parse_config("full1k-r3-drafts").draft_kwargs()
+    assert list(kw["draft_lens"]) == [6, 4, 2]
+    tree = bench.parse_config("full1k-r3-tree").draft_kwargs()
+    assert tree["tree_mask"].shape == (3, bench.NQ) and list(tree["draft_depths"][0]) == [0, 1, 1, 2, 2, 2, 3, 3]
+    assert tree["tree_mask"][0, 7] == 0b10100101  # draft 7 under 5 under 2 under 0
+    rc = bench.main(["--configs", ",".join(names), "--modes", "on", "--out", str(tmp_path), "--name", "dr", *SMALL])
+    out = json.loads((tmp_path / "dr.json").read_text())
+    assert rc == 0 and out["all_checks_passed"]
+    rows = {r["config"]: r for r in out["summary"]}
+    for n in names[1:]:
+        assert rows[n]["check_on"]["ok"] and rows[n]["check_on"]["outputs_checked"] >= 2
+        assert rows[n]["ratio_to_chain"] == pytest.approx(rows[n]["ours_on_us"] / rows["full1k-r3"]["ours_on_us"])
+    assert "× chain (host / dev)" in (tmp_path / "dr.md").read_text()
+
+
 def test_peer_cells_say_what_happened():
     row = dict(fi_hot_us=10.0, fi_check=dict(ok=True), xqa_hot_us=20.0,
                xqa_check=dict(ok=False, approx=True, relerr=0.038))
