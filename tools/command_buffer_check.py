@@ -1,7 +1,8 @@
 """Shows that XLA captures verify_attention in a command buffer (CUDA graph) and that results
 stay right there: runs a chain of calls inside one jit with command buffers on (custom calls
 included) and off, over a bf16 cache and FP8 caches with per-tensor and per-token scales (traced),
-checks every output against the jnp reference, times the chain, and greps XLA's thunk-sequence
+every fourth call a drafts call (traced ragged counts and token tree, lse returned), checks every
+output against the jnp reference, times the chain, and greps XLA's thunk-sequence
 dump for the command buffer around the custom calls.
 
     python tools/command_buffer_check.py [--dump DIR]
@@ -41,33 +42,46 @@ def worker(mode, dump):
     lens = jnp.asarray([8192, 5000, 300, 8], jnp.int32)
     q = jnp.asarray(rng.standard_normal((8 * R, 16, d)), jnp.bfloat16)
     n = 16
+    # A tree per request (draft t under draft t // 2, depth its bit length - 1) and ragged counts.
+    t = np.arange(8)
+    tree = np.zeros(8, np.uint32)
+    for i in t:
+        tree[i] = (tree[(i - 1) // 2] if i else 0) | (1 << i)
+    drafts = dict(draft_lens=jnp.asarray([8, 3, 0, 6], jnp.int32), tree_mask=jnp.asarray(np.tile(tree, (R, 1))),
+                  draft_depths=jnp.asarray(np.tile(np.floor(np.log2(t + 1)).astype(np.int32), (R, 1))))
 
-    def chain(q, caches, table, lens, nr):
+    def call(impl, i, q, caches, table, lens, nr, drafts):
+        c, ks, vs = caches[i % 3]
+        kw = dict(drafts, return_lse=True) if i % 4 == 3 else {}
+        return impl(q, c, table, lens, scale=0.125, window=None if i % 2 else 2048, num_reqs=nr, k_scale=ks,
+                    v_scale=vs, **kw)
+
+    def chain(q, caches, table, lens, nr, drafts):
         outs = []
         for i in range(n):  # each call feeds the next: one dependent chain, like the layers
-            c, ks, vs = caches[i % 3]
-            o = jma.verify_attention(q, c, table, lens, scale=0.125, window=None if i % 2 else 2048,
-                                     num_reqs=nr, backend="ffi", k_scale=ks, v_scale=vs)
+            o = call(lambda *a, **k: jma.verify_attention(*a, backend="ffi", **k), i, q, caches, table, lens, nr,
+                     drafts)
             outs.append(o)
-            q = (o.astype(jnp.float32) * 4.0).astype(jnp.bfloat16)
+            q = ((o[0] if isinstance(o, tuple) else o).astype(jnp.float32) * 4.0).astype(jnp.bfloat16)
         return outs
 
     f = jax.jit(chain)
-    outs = f(q, caches, table, lens, jnp.int32(3))
+    args = (q, caches, table, lens, jnp.int32(3), drafts)
+    outs = f(*args)
     jax.block_until_ready(outs)
-    # Check each link against the reference fed with the same input.
+    # Check each link (out, and lse where returned) against the reference fed with the same input.
     qi, bad = q, 0
     for i, o in enumerate(outs):
-        c, ks, vs = caches[i % 3]
-        want = jma.reference.verify_attention(qi, c, table, lens, scale=0.125, k_scale=ks, v_scale=vs,
-                                              window=None if i % 2 else 2048, num_reqs=3)
-        w = np.asarray(want, np.float64)
-        bad += int(np.sum(~(np.abs(np.asarray(o, np.float64) - w) <= 1e-2 + 2e-2 * np.abs(w))))
-        qi = (o.astype(jnp.float32) * 4.0).astype(jnp.bfloat16)
+        want = call(jma.reference.verify_attention, i, qi, caches, table, lens, 3, drafts)
+        for g, w in zip(*((x if isinstance(x, tuple) else (x,)) for x in (o, want))):
+            g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+            with np.errstate(invalid="ignore"):
+                bad += int(np.sum(~((g == w) | (np.abs(g - w) <= 1e-2 + 2e-2 * np.abs(w)))))
+        qi = ((o[0] if isinstance(o, tuple) else o).astype(jnp.float32) * 4.0).astype(jnp.bfloat16)
     ts = []
     for _ in range(20):
         t0 = time.perf_counter()
-        jax.block_until_ready(f(q, caches, table, lens, jnp.int32(3)))
+        jax.block_until_ready(f(*args))
         ts.append(time.perf_counter() - t0)
     print(f"command buffers {mode:3s}: {n} chained calls, {bad} elements out of tolerance, "
           f"median {np.median(ts) * 1e6 / n:.1f} us per call (wall of the chain / {n})")

@@ -23,8 +23,27 @@ rng = np.random.default_rng(1)
 FP8_NAN = {"float8_e4m3fn": 0x7F, "float8_e4m3fnuz": 0x80}
 
 
-def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2, d=64, fp8=None):
-    """fp8: None (bf16), or (format, "tensor" | "token") for an FP8 cache with those scales."""
+def tree(R, nq=8):
+    """Draft arguments with bad run-time data: counts outside [0, nq], random trees with junk
+    bits past nq, odd depths, and draft 2 seen by no row (its K/V slot is never read)."""
+    counts = np.array([[-3, nq, 5, 99, 0, 1][r % 6] for r in range(R)], np.int32)
+    mask = np.zeros((R, nq), np.uint64)
+    depth = np.zeros((R, nq), np.int32)
+    for r in range(R):
+        for t in range(nq):
+            parent = int(rng.integers(0, t)) if t else t
+            mask[r, t] = (mask[r, parent] if t else 0) | (1 << t)
+            depth[r, t] = depth[r, parent] + (t > 0)
+    mask &= ~np.uint64(1 << 2)
+    mask |= (rng.integers(0, 2**32, size=(R, nq), dtype=np.uint64) >> nq) << nq
+    return counts, mask.astype(np.uint32), depth
+
+
+def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2, d=64, fp8=None,
+         drafts=False):
+    """fp8: None (bf16), or (format, "tensor" | "token") for an FP8 cache with those scales.
+    drafts: ragged counts and a token tree (tree()), lse returned; q rows past a count and the
+    K/V slot of a draft no row sees are NaN."""
     blocks = R * pages + 5
     kv = rng.standard_normal((blocks, hkv, 16, 2 * d)).astype(np.float32)
     table = rng.permutation(blocks)[: R * pages].reshape(R, pages).astype(np.int32)
@@ -41,10 +60,20 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
                 for s in range(16):
                     if not lo <= p * 16 + s < n:
                         kv[table[r, p], :, s] = np.inf
-    if bad_ids:
-        table[0, 0] = blocks + 3
     q = rng.standard_normal((8 * R, hq, d)).astype(np.float32)
     kw = dict(scale=d ** -0.5, window=window, num_reqs=num_reqs)
+    if drafts:
+        counts, mask, depth = tree(R)
+        for r in range(R):
+            m = int(np.clip(counts[r], 0, 8))
+            q[8 * r + m: 8 * r + 8] = np.nan
+            slot = int(np.clip(lens[r], 0, 16 * pages)) - m + 2  # draft 2's key
+            if 2 < m <= lens[r] and table[r, slot // 16] >= 0:
+                kv[table[r, slot // 16], :, slot % 16] = np.nan
+        kw.update(draft_lens=jnp.asarray(counts), tree_mask=jnp.asarray(mask),
+                  draft_depths=jnp.asarray(depth), return_lse=True)
+    if bad_ids:
+        table[0, 0] = blocks + 3
     if fp8 is None:
         cache = jnp.asarray(kv, jnp.bfloat16)
     else:
@@ -63,10 +92,17 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
             ks, vs = jnp.asarray(ks), jnp.asarray(vs)
         kw.update(k_scale=ks, v_scale=vs)
     args = (jnp.asarray(q, jnp.bfloat16), cache, jnp.asarray(table), jnp.asarray(lens))
-    got = np.asarray(jma.verify_attention(*args, backend="ffi", **kw), np.float64)
-    want = np.asarray(jma.reference.verify_attention(*args, **kw), np.float64)
-    ok = np.all(np.abs(got - want) <= 1e-2 + 2e-2 * np.abs(want))
-    print(f"R={R} lens={list(lens)[:4]} window={window} num_reqs={num_reqs} bad_ids={bad_ids} fp8={fp8}: "
+    got = jma.verify_attention(*args, backend="ffi", **kw)
+    want = jma.reference.verify_attention(*args, **kw)
+    if not drafts:
+        got, want = [got], [want]
+    ok = True
+    for g, w in zip(got, want):  # out (and lse): -inf where both are
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        with np.errstate(invalid="ignore"):
+            ok &= bool(np.all((g == w) | (np.abs(g - w) <= 1e-2 + 2e-2 * np.abs(w))))
+    print(f"R={R} lens={list(lens)[:4]} window={window} num_reqs={num_reqs} bad_ids={bad_ids} fp8={fp8} "
+          f"drafts={drafts}: "
           f"{'ok' if ok else 'MISMATCH'}", flush=True)
     return ok
 
@@ -76,6 +112,7 @@ if os.environ.get("SANITIZE_QUICK"):  # a short set for slow tools: full + poiso
     ok &= case(2, [700, 130], 48, bad_ids=True)
     ok &= case(16, list(rng.integers(0, 600, 16)), 40, window=128, num_reqs=11)
     ok &= case(3, [900, 40, 2100], 140, window=256, num_reqs=2, fp8=("float8_e4m3fn", "token"))
+    ok &= case(6, [900, 40, 2100, 7, 0, 300], 140, window=256, num_reqs=5, drafts=True)
     print("ALL OK" if ok else "FAILURES")
     sys.exit(0 if ok else 1)
 ok &= case(1, [700], 48)
@@ -88,5 +125,10 @@ ok &= case(2, [700, 130], 48, bad_ids=True, fp8=("float8_e4m3fn", "tensor"))
 ok &= case(4, [0, 5, 1300, 4000], 256, window=2048, num_reqs=3, fp8=("float8_e4m3fn", "token"))
 ok &= case(3, [1000, 99999, -5], 64, bad_ids=True, fp8=("float8_e4m3fnuz", "token"))
 ok &= case(2, [513, 1500], 96, hq=8, hkv=1, d=128, fp8=("float8_e4m3fnuz", "tensor"))
+ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, drafts=True)
+ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, window=5, num_reqs=5, bad_ids=True, drafts=True)
+ok &= case(6, [2000, 130, 64, 999, 17, 600], 128, window=300, drafts=True, fp8=("float8_e4m3fn", "token"))
+ok &= case(6, [2000, 130, 64, 999, 17, 600], 128, hq=8, hkv=1, d=128, drafts=True,
+           fp8=("float8_e4m3fnuz", "tensor"))
 print("ALL OK" if ok else "FAILURES")
 sys.exit(0 if ok else 1)
