@@ -495,7 +495,8 @@ def jax_worker(args):
             q, kv, bt, sl = jax_inputs(cfg)
             w = cfg.window
             rec["launch_plan"] = jax_muse_attn.launch_plan(q, kv, bt, window=w, tokens_per_request=NQ,
-                                                           num_splits=args.num_splits)
+                                                           num_splits=args.num_splits,
+                                                           drafts=cfg.call in ("drafts", "tree"))
             scales = dict(k_scale=jnp.float32(KV_SCALE), v_scale=jnp.float32(KV_SCALE)) if cfg.fp8 else {}
 
             drafts = {k: v if isinstance(v, bool) else jnp.asarray(v) for k, v in cfg.draft_kwargs().items()}

@@ -98,7 +98,7 @@ def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: 
         shapes.num_requests, shapes.pages, shapes.window, d["vendor"], d["multiprocessors"],
         d["compute_major"], d["warp_size"], d["merge_can_wait"], d["has_two_pairs"],
         int(num_splits), overrides, shapes.kv_dtype != "bfloat16",
-        getattr(shapes, "drafts", "chain") != "chain" or bool(getattr(shapes, "lse", False)),
+        getattr(shapes, "drafts", "chain") != "chain",  # lse alone keeps the chain's kernels
         int(d.get("amd_gfx", 0))))
 
 

@@ -38,7 +38,8 @@ def _static_shapes(q, kv_cache, block_table, window, tokens_per_request):
                                   v_scale=scale)
 
 
-def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, num_splits=None):
+def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, num_splits=None,
+                drafts=False):
     """How a call of these shapes is launched on the current device; nothing runs.
 
     Shapes only: arrays or ``jax.ShapeDtypeStruct`` as ``verify_attention`` takes them (under
@@ -49,10 +50,14 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
     "pingpong_two_pairs"; README, Performance), ``merge_warps`` (warps a row in the merge),
     ``merge_pdl`` (the merge as a programmatic dependent launch) and ``merge_by_lane`` (the merge
     weighs a segment's (m, l) on one lane of a warp, else on every lane). On the CPU only
-    ``num_splits`` means anything. ``MUSE_ATTN_LAUNCH`` applies as in a call.
+    ``num_splits`` means anything. ``MUSE_ATTN_LAUNCH`` applies as in a call. ``drafts=True``:
+    the plan of a call with ``draft_lens`` or ``tree_mask`` (``return_lse`` alone keeps the
+    chain's plan).
     """
     _check_num_splits("launch_plan", num_splits)
     shapes = _static_shapes(q, kv_cache, block_table, window, tokens_per_request)
+    if drafts:
+        shapes = dataclasses.replace(shapes, drafts="ragged")
     platform = _ffi.current_platform()
     if platform != "cpu":
         _check_gpu_groups("launch_plan", shapes)

@@ -5,6 +5,7 @@ schedules (lockstep and wave-serial); the MFMA lane layouts against a plain matm
 emulator's own checks; one run under AddressSanitizer and UBSan. Skips where no clang 17+ is
 installed (Debian: clang-19, as .ci/install_gpu_compilers.sh installs it)."""
 
+import dataclasses
 import os
 import subprocess
 
@@ -267,7 +268,9 @@ def check_drafts(emu, c, schedule, what, **drafts):
                                               for k in ("draft_lens", "tree_mask", "draft_depths")),
                                     True)
     plan = _ffi.launch_plan(shapes, "ROCM", 0, "", device=ae.DEVICES[emu.target])
-    assert plan["split_kernel"] == "per_tile", plan
+    chain = _ffi.launch_plan(dataclasses.replace(shapes, drafts="chain", lse=False), "ROCM", 0, "",
+                             device=ae.DEVICES[emu.target])
+    assert plan == (chain if shapes.drafts == "chain" else dict(plan, split_kernel="per_tile")), plan
     out, lse = emu.run(c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ, window=c.window,
                        num_reqs=c.num_reqs, plan=plan, schedule=schedule, return_lse=True,
                        k_scale=c.k_scale_np, v_scale=c.v_scale_np, **drafts)

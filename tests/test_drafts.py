@@ -175,6 +175,23 @@ def test_chain_is_reproduced_bit_for_bit(rng, backend, window, num_splits, monke
     assert_lse(lse, oracle_of(c)[1])
 
 
+@pytest.mark.parametrize("r,lens,pages,window", [(1, [2000], 128, None), (1, [30000], 2048, 2048),
+                                                 (4, [9000, 8000, 7000, 9000], 576, None),
+                                                 (2, [300, 37], 64, 40)])
+def test_lse_alone_keeps_the_chain_plan(rng, r, lens, pages, window):
+    """return_lse without drafts runs the chain's plan (on an H100 / H200: two_tile, ping-pong,
+    per_tile by shape) and its output bits; only draft_lens or a tree take the drafts kernel."""
+    c = make_case(rng, r, lens, P=pages, window=window)
+    plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window)
+    drafts_plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, drafts=True)
+    if _ffi.current_platform() != "cpu":
+        assert drafts_plan["split_kernel"] == "per_tile", drafts_plan
+    base = c.run("ffi")
+    out, lse = c.run("ffi", return_lse=True)
+    np.testing.assert_array_equal(bits(out), bits(base))
+    assert_lse(lse, oracle_of(c)[1])
+
+
 def test_ragged_fp8_lse_of_a_chain(rng, backend):
     c = make_case(rng, 3, [700, 20, 9], P=48, window=100, kv_dtype="float8_e4m3fn",
                   scale_kind="token")

@@ -122,6 +122,11 @@ gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t s
 gpuError_t launch_split_fp8(const VerifyParams& p, gpuStream_t stream);
 // The split kernel of the drafts target (ragged drafts, trees; bf16 or FP8 cache; per_tile).
 gpuError_t launch_split_drafts(const VerifyParams& p, gpuStream_t stream);
+// The split kernel of a call: the drafts kernel where drafts are ragged or a tree, else the plan's
+// (a chain asking for its lse runs the chain's kernels; the merge writes the lse).
+inline gpuError_t launch_split_for(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
+  return p.draft_kind != 0 ? launch_split_drafts(p, stream) : launch_split(p, kernel, stream);
+}
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when
 // plan.merge_pdl.

@@ -100,7 +100,7 @@ struct Device {
 struct CallShape {
   int head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window;  // window 0: full
   bool kv_fp8 = false;  // an FP8 cache (its split kernel is per_tile)
-  bool drafts = false;  // the drafts target: ragged drafts, trees, lse (per_tile too)
+  bool drafts = false;  // ragged drafts or a tree (per_tile too); lse alone keeps the chain's plan
   int64_t rows() const { return int64_t{tokens} * (num_q_heads / num_kv_heads); }
   int64_t groups() const { return int64_t{num_requests} * num_kv_heads; }
   int64_t row_blocks() const { return (rows() + kMaxRows - 1) / kMaxRows; }

@@ -135,7 +135,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
 }
 
 // The drafts target (ragged drafts, trees, lse): the same call with the draft operands and the
-// lse result; its own split kernels (per_tile) and merge.
+// lse result; its own split kernels (per_tile) where drafts are ragged or a tree, its merge.
 ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
                                        ffi::BufferR3<ffi::BF16> q, ffi::AnyBuffer kv_cache,
                                        ffi::BufferR2<ffi::S32> block_table,
@@ -170,7 +170,8 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
   p.tree_mask = pr.draft_kind == DraftKind::kTree ? tree_mask.typed_data() : nullptr;
   p.draft_depths = pr.draft_kind == DraftKind::kTree ? draft_depths.typed_data() : nullptr;
   p.lse = pr.return_lse ? lse->typed_data() : nullptr;
-  if (gpuError_t e = launch_split_drafts(p, stream); e != gpuSuccess) return gpu_error("split launch", e);
+  if (gpuError_t e = launch_split_for(p, plan.split_kernel, stream); e != gpuSuccess)
+    return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
   return ffi::Error::Success();
 }

@@ -79,13 +79,12 @@ int muse_emu_verify_attention(const MuseEmuCall* call, char* error, int error_le
   p.draft_depths = c.draft_depths;
   p.lse = c.lse;
   p.draft_kind = c.draft_kind;
-  const bool drafts = c.draft_kind != 0 || c.lse != nullptr;  // the drafts target's kernels
   Plan plan;
   plan.num_splits = c.num_splits;
   plan.split_kernel = static_cast<SplitKernel>(c.split_kernel);
   plan.merge_warps = c.merge_warps;
   plan.merge_by_lane = c.merge_by_lane != 0;
-  if ((drafts ? launch_split_drafts(p, nullptr) : launch_split(p, plan.split_kernel, nullptr)) != gpuSuccess ||
+  if (launch_split_for(p, plan.split_kernel, nullptr) != gpuSuccess ||
       launch_merge(p, plan, nullptr) != gpuSuccess) {
     copy_error(error, error_len, muse_emu::last_error());
     return 1;
