@@ -406,10 +406,18 @@ def test_vmap_and_jit(rng, backend):
     singles = [jax.jit(one)(*a) for a in args]
     batched = jax.jit(jax.vmap(one))(*(jnp.stack(x) for x in zip(*args)))
     # The kernels are bitwise the same batched; the jnp reference on a GPU sums in XLA's order,
-    # which batching may change by an ulp of the lse.
+    # which batching may change by an ulp (of the lse, and of a bf16 output element).
     exact = backend == "ffi" or _ffi.current_platform() == "cpu"
+
+    def same_out(a, b):
+        if exact:
+            np.testing.assert_array_equal(bits(a), bits(b))
+        else:
+            a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+            np.testing.assert_allclose(a, b, rtol=2.0**-7, atol=0)
+
     for i, (out, lse) in enumerate(singles):
-        np.testing.assert_array_equal(bits(batched[0][i]), bits(out))
+        same_out(batched[0][i], out)
         if exact:
             np.testing.assert_array_equal(np.asarray(batched[1][i]), np.asarray(lse))
         else:
@@ -424,7 +432,7 @@ def test_vmap_and_jit(rng, backend):
         c.q, c.kv, c.bt, c.sl, scale=c.scale, window=24, backend=backend, draft_lens=dl))
     outs = f(jnp.asarray(np.stack(counts)))
     for i in range(2):
-        np.testing.assert_array_equal(bits(outs[i]), bits(c.run(backend, draft_lens=jnp.asarray(counts[i]))))
+        same_out(outs[i], c.run(backend, draft_lens=jnp.asarray(counts[i])))
 
 
 # ------------------------------------------------------------------ refusals
