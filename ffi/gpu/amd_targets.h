@@ -48,10 +48,10 @@ inline constexpr AmdTarget kAmdTargets[] = {
      /*lds_bytes=*/160 * 1024,    // CDNA4: 160 KiB a CU
      /*lds_granule=*/1280,        // 320 dwords (COMPUTE_PGM_RSRC2.LDS_SIZE, GFX950)
      /*vgprs_per_simd=*/512, /*vgpr_granule=*/8, /*max_waves_per_simd=*/8, /*simds_per_cu=*/4,
-     /*split_vgprs_d64=*/168,     // drafts 163 -> 168, no AGPRs
-     /*split_vgprs_d128=*/256,    // drafts 250 -> 256
-     /*split_ctas_per_cu_d64=*/2,   // LDS: 56 KiB (57600 allocated), two fit 160 KiB (VGPRs: 3)
-     /*split_ctas_per_cu_d128=*/2}, // VGPRs: 256 leave two waves a SIMD (LDS: 3)
+     /*split_vgprs_d64=*/112,     // drafts 110 -> 112, no AGPRs
+     /*split_vgprs_d128=*/184,    // FP8 drafts 182 -> 184
+     /*split_ctas_per_cu_d64=*/2,   // LDS: 56 KiB (57600 allocated), two fit 160 KiB (VGPRs: 4)
+     /*split_ctas_per_cu_d128=*/2}, // VGPRs: 184 leave two waves a SIMD (LDS: 3)
 };
 inline constexpr int kNumAmdTargets = sizeof(kAmdTargets) / sizeof(kAmdTargets[0]);
 

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "gpu/amd_ops.h"
 #include "gpu/kv_tile.h"
 #include "gpu/vendor.h"
 
@@ -434,33 +435,51 @@ struct WarpAttention {
     }
   }
 
+  // The A operand V^T[16 db + r][keys of MFMA c] of lane (r, g). gfx950: two LDS transpose
+  // reads (amd_ops.h), each the 4 x 16 block of keys 32c + 16h + 4g + 0..3, columns 16 db + 0..15
+  // (lane 4 r' + c' of the group reads key row r', columns 4 c' .. 4 c' + 3; 8 bytes within a
+  // swizzled 16-byte chunk); gfx942: one 16-bit read an element (the transpose read's fallback
+  // adds shuffles).
+  __device__ mfma_words_t v_operand(const KvTile<D>& tile, int c, int db) const {
+    const int r = lane & 15, g = lane >> 4;
+    mfma_words_t va;
+#if defined(__gfx950__)
+    const char* const v0 = tile.v_at(0, 0);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const char* at = tile.v_at(kMfmaK * c + 16 * h + 4 * g + (r >> 2), 16 * db + 4 * (r & 3));
+      const uint2 t = amd::lds_read_tr_b16(v0, static_cast<uint32_t>(at - v0));
+      va[2 * h] = t.x;
+      va[2 * h + 1] = t.y;
+    }
+#else
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      uint32_t lohi[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = 2 * w + e;
+        const int key = kMfmaK * c + 16 * (j >> 2) + 4 * g + (j & 3);
+        lohi[e] = lds_read<uint16_t>(tile.v_at(key, 16 * db + r));
+      }
+      va[w] = lohi[0] | (lohi[1] << 16);
+    }
+#endif
+    return va;
+  }
+
   // O^T += V^T P^T. The k index of one MFMA runs over keys in the order the lane's scores
   // hold them (for 16x16x32: keys 32c + 16 (j / 4) + 4g + j % 4), so P^T is lane-local.
   __device__ void accumulate(const KvTile<D>& tile) {
-    const int r = lane & 15, g = lane >> 4;
     constexpr int kBlocks = 64 / kMfmaK;
 #pragma unroll
     for (int c = 0; c < kBlocks; ++c) {
       mfma_words_t pb;
 #pragma unroll
       for (int w = 0; w < kWords; ++w)
-        pb[w] = pack_bf16x2(s[0][(kMfmaK / 4) * c + 2 * w], s[0][(kMfmaK / 4) * c + 2 * w + 1]);
+        pb[w] = amd::cvt_pk_bf16_f32(s[0][(kMfmaK / 4) * c + 2 * w], s[0][(kMfmaK / 4) * c + 2 * w + 1]);
 #pragma unroll
-      for (int db = 0; db < D / 16; ++db) {
-        mfma_words_t va;
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) {
-          uint32_t lohi[2];
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int j = 2 * w + e;
-            const int key = kMfmaK * c + 16 * (j >> 2) + 4 * g + (j & 3);
-            lohi[e] = lds_read<uint16_t>(tile.v_at(key, 16 * db + r));
-          }
-          va[w] = lohi[0] | (lohi[1] << 16);
-        }
-        o[db] = mfma_bf16(va, pb, o[db]);
-      }
+      for (int db = 0; db < D / 16; ++db) o[db] = mfma_bf16(v_operand(tile, c, db), pb, o[db]);
     }
   }
 
