@@ -91,13 +91,30 @@ __global__ void probe_global_load16(OpsProbe p) {
   for (int i = 0; i < 4; ++i) p.out[4 * t + i] = v[i];
 }
 
+// in: 4 words a thread, the buffer, then a thread's byte offset (variant 2: the buffer's
+// range ends 8 bytes into the last thread's chunk); out: the 4 words buffer_load16 gives.
+__global__ void probe_buffer_load16(OpsProbe p) {
+  const int t = threadIdx.x, n = blockDim.x;
+  const uint32_t range = 16u * n - (p.variant == 2 ? 8u : 0u);
+  const amd::u32x4 v = amd::buffer_load16<amd::CachePolicy::kNonTemporal>(p.in, range, p.in[4 * n + t]);
+  for (int i = 0; i < 4; ++i) p.out[4 * t + i] = v[i];
+}
+
+// in: words; out[t] = in[in[n + t]] read by load_invariant.
+__global__ void probe_load_invariant(OpsProbe p) {
+  const int t = threadIdx.x, n = blockDim.x;
+  p.out[t] = amd::load_invariant(p.in + p.in[n + t]);
+}
+
 using Kernel = void (*)(OpsProbe);
 constexpr Kernel kKernels[] = {probe_lds_read_tr_b16, probe_permlane_swap<16>,
                                probe_permlane_swap<32>, probe_cvt_pk_bf16_f32,
-                               probe_dpp, probe_reduce, probe_global_load16};
+                               probe_dpp, probe_reduce, probe_global_load16, probe_buffer_load16,
+                               probe_load_invariant};
 constexpr const char* kNames[] = {"probe_lds_read_tr_b16", "probe_permlane_swap<16>",
                                   "probe_permlane_swap<32>", "probe_cvt_pk_bf16_f32",
-                                  "probe_dpp", "probe_reduce", "probe_global_load16"};
+                                  "probe_dpp", "probe_reduce", "probe_global_load16",
+                                  "probe_buffer_load16", "probe_load_invariant"};
 
 }  // namespace
 

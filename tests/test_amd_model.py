@@ -93,6 +93,17 @@ def test_categories():
     assert cat("s_load_dwordx4") == "smem" and cat("s_add_u32") == "salu"
 
 
+def test_llvm_mca_reads_buffer_loads_as_global_loads():
+    """llvm-mca 19 crashes on buffer loads: they reach it as VMEM global loads of the same width
+    and destination; every other instruction unchanged."""
+    assert (am._mca_stand_in("buffer_load_dwordx4 v[66:69], v18, s[36:39], 0 offen nt")
+            == "global_load_dwordx4 v[66:69], v[18:19], off")
+    assert am._mca_stand_in("buffer_load_dword v7, v3, s[4:7], 0 offen") == "global_load_dword v7, v[3:4], off"
+    for inst in ("global_load_dwordx4 v[2:5], v[0:1], off nt", "s_load_dword s4, s[0:1], 0x8",
+                 "v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]"):
+        assert am._mca_stand_in(inst) == inst
+
+
 def test_tile_cycles():
     blocks, loop = _loop()
     insts = [i for n in am.iteration_path(blocks, loop) for i in blocks[n].insts]

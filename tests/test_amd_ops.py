@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_compile_check as gcc  # noqa: E402
 
 THREADS = 128  # two waves: every helper acts within its own wave
-LDS_READ_TR, SWAP16, SWAP32, CVT, DPP, REDUCE, LOAD = range(7)
+LDS_READ_TR, SWAP16, SWAP32, CVT, DPP, REDUCE, LOAD, BUFFER_LOAD, LOAD_INVARIANT = range(9)
 
 needs_emulator = pytest.mark.skipif(
     ae.find_clang() is None, reason="no clang++ 17+ for the AMD emulator (apt-get install clang-19)")
@@ -231,6 +231,36 @@ def test_global_load16(emu, variant):
     np.testing.assert_array_equal(emu.ops_probe(LOAD, words, 4 * THREADS, variant=variant), words)
 
 
+# ---- buffer_load_dwordx4: in range read, past the range zeros -------------------------------------
+def test_buffer_load16_reads_in_range_and_gives_zeros_past_it(emu):
+    rng = np.random.default_rng(6)
+    words = rng.integers(0, 1 << 32, 4 * THREADS, dtype=np.uint32)
+    # Every thread a chunk of the buffer, in a shuffled order; every third thread out of range.
+    chunk = rng.permutation(THREADS)
+    offsets = (16 * chunk).astype(np.uint32)
+    far = np.arange(THREADS) % 3 == 0
+    offsets[far] = np.array([0x80000000, 16 * THREADS, 0xFFFFFFF0], np.uint32)[np.arange(far.sum()) % 3]
+    out = emu.ops_probe(BUFFER_LOAD, np.concatenate([words, offsets]), 4 * THREADS).reshape(THREADS, 4)
+    want = words.reshape(THREADS, 4)[chunk]
+    want[far] = 0
+    np.testing.assert_array_equal(out, want)
+
+
+def test_buffer_load16_straddling_its_range_is_an_error(emu):
+    words = np.arange(4 * THREADS, dtype=np.uint32)
+    offsets = (16 * np.arange(THREADS)).astype(np.uint32)
+    with pytest.raises(ae.EmulatorError, match="straddling"):
+        emu.ops_probe(BUFFER_LOAD, np.concatenate([words, offsets]), 4 * THREADS, variant=2)
+
+
+def test_load_invariant(emu):
+    rng = np.random.default_rng(7)
+    words = rng.integers(0, 1 << 32, THREADS, dtype=np.uint32)
+    index = rng.integers(0, THREADS, THREADS).astype(np.uint32)
+    np.testing.assert_array_equal(
+        emu.ops_probe(LOAD_INVARIANT, np.concatenate([words, index]), THREADS), words[index])
+
+
 # ---- what the helpers lower to -------------------------------------------------------------------
 ISA_SOURCE = os.path.join(ROOT, "tests", "amd_ops_isa.cc")
 
@@ -286,3 +316,8 @@ def test_lowering(isa):
     cached = [x for x in k["isa_load_cached"] if x.startswith("global_load")]
     assert nt and all(re.search(r"^global_load_dwordx4 .* nt$", x) for x in nt), nt
     assert cached and not any(re.search(r" (nt|sc0|sc1)\b", x) for x in cached), cached
+    buf = [x for x in k["isa_buffer_load16"] if x.startswith("buffer_load")]
+    assert buf and all(re.search(r"^buffer_load_dwordx4 .* offen nt$", x) for x in buf), buf
+    assert not _has(k["isa_buffer_load16"], r"^s_cbranch"), k["isa_buffer_load16"]
+    inv = k["isa_load_invariant"]
+    assert _has(inv, r"^s_load_dword ") and not _has(inv, r"^global_load"), inv

@@ -623,6 +623,19 @@ def tile_cycles(insts: Sequence[str], spec: ArchSpec, waves_per_workgroup: int =
                 bound=max(pipes["mfma"], pipes["valu"], pipes["lds_cu"], pipes["issue"]))
 
 
+_BUFFER_LOAD = re.compile(r"^buffer_load_(\w+)\s+(v\[\d+:\d+\]|v\d+),\s*v(\d+),")
+
+
+def _mca_stand_in(inst: str) -> str:
+    """inst as llvm-mca takes it: a buffer load (which crashes llvm-mca 19) as the global load of
+    the same width (both VMEM; its model has no memory latency either way)."""
+    m = _BUFFER_LOAD.match(inst)
+    if not m:
+        return inst
+    v = int(m.group(3))
+    return f"global_load_{m.group(1)} {m.group(2)}, v[{v}:{v + 1}], off"
+
+
 def llvm_mca(insts: Sequence[str], mcpu: str = "gfx942") -> Optional[dict]:
     """llvm-mca's estimate of insts run back to back (cycles an iteration), or None where no
     llvm-mca is here or it cannot read them. Its gfx942 model has no memory latency."""
@@ -631,7 +644,7 @@ def llvm_mca(insts: Sequence[str], mcpu: str = "gfx942") -> Optional[dict]:
                  if shutil.which(t)), None)
     if tool is None:
         return None
-    text = "\n".join(i for i in insts if not _BRANCH.match(i)) + "\n"
+    text = "\n".join(_mca_stand_in(i) for i in insts if not _BRANCH.match(i)) + "\n"
     iters = 100
     p = subprocess.run([tool, "-mtriple=amdgcn", f"-mcpu={mcpu}", f"-iterations={iters}"], input=text,
                        capture_output=True, text=True)

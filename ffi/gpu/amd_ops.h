@@ -142,6 +142,41 @@ __device__ __forceinline__ u32x4 global_load16(const void* p) {
   else return *q;
 }
 
+// ---- s_load_dword: a uniform load from memory that the kernel never writes -----------------
+// Read through the constant address space, which the compiler may read with scalar loads (the
+// SMEM pipe, its own counter, no VGPR) where the address is the same on every lane; a plain
+// global load of a uniform value becomes a vector load and an immediate wait. For inputs only
+// (block table, lengths): the constant space promises no writes while the kernel runs.
+template <typename T>
+__device__ __forceinline__ T load_invariant(const T* p) {
+#if defined(MUSE_EMU_LOAD_INVARIANT)
+  return MUSE_EMU_LOAD_INVARIANT(p);
+#else
+  return *reinterpret_cast<const __attribute__((address_space(4))) T*>(reinterpret_cast<uintptr_t>(p));
+#endif
+}
+
+// ---- buffer_load_dwordx4 (raw buffer, offen) --------------------------------------------------
+// The 16 bytes at base + offset where offset + 16 <= num_records; zeros, with no memory access,
+// where offset >= num_records (the buffer's range check; both targets). So a predicated load
+// needs no branch: an absent chunk passes an offset past the range. base and num_records the same
+// on every lane (a scalar resource); a load straddling num_records is not used (the emulator
+// refuses it).
+inline constexpr uint32_t kOutOfRange = 0x80000000u;
+inline constexpr int kBufferRsrcWord3 = 0x00020000;  // gfx9 raw-buffer DATA_FORMAT (as CK sets it)
+
+template <CachePolicy kPolicy>
+__device__ __forceinline__ u32x4 buffer_load16(const void* base, uint32_t num_records, uint32_t offset) {
+#if defined(MUSE_EMU_BUFFER_LOAD16)
+  return MUSE_EMU_BUFFER_LOAD16(base, num_records, offset);
+#else
+  const __amdgpu_buffer_rsrc_t rsrc = __builtin_amdgcn_make_buffer_rsrc(
+      const_cast<void*>(base), 0, static_cast<int>(num_records), kBufferRsrcWord3);
+  constexpr int kAux = kPolicy == CachePolicy::kNonTemporal ? 2 : 0;  // the nt bit
+  return __builtin_amdgcn_raw_buffer_load_b128(rsrc, static_cast<int>(offset), 0, kAux);
+#endif
+}
+
 }  // namespace muse_attn::gpu::amd
 
 #endif  // MUSE_ATTN_HIP

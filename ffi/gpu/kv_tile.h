@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "gpu/amd_ops.h"
 #include "gpu/vendor.h"
 #include "muse_attn/fp8.h"
 #include "muse_attn/geometry.h"
@@ -126,7 +127,15 @@ template <int D, int E>
 __device__ __forceinline__ TileEntries load_tile_entries(const KvSource<D, E>& src, int tile) {
   TileEntries e;
 #pragma unroll
-  for (int i = 0; i < kPagesPerTile; ++i) e.raw[i] = src.live.entry(src.table_row, tile * kPagesPerTile + i);
+  for (int i = 0; i < kPagesPerTile; ++i) {
+#if defined(MUSE_ATTN_HIP)
+    // Scalar loads (amd_ops.h): the ids wait in SGPRs, not in a vector load's wait.
+    const int page = tile * kPagesPerTile + i;
+    e.raw[i] = src.live.is_live(page) ? amd::load_invariant(src.table_row + page) : -1;
+#else
+    e.raw[i] = src.live.entry(src.table_row, tile * kPagesPerTile + i);
+#endif
+  }
   return e;
 }
 
@@ -138,16 +147,21 @@ __device__ __forceinline__ TilePages resolve(const KvSource<D, E>& src, const Ti
   return tp;
 }
 
-// Issues the copies of tile `tile` into `dst` (asynchronous on NVIDIA: commit + wait later).
-// Thread tid always copies the same 16-byte chunk (K or V, column c) of keys key0 + j *
+// The 16-byte chunks thread tid moves of tile `tile`: f(i, half, at, src, present) for its i-th
+// chunk (i < kTileChunks<D, kThreads>), half + at its place in a KvTile (K or V half, the place
+// in it), src its bytes in the cache (AMD: f(i, half, at, page, offset, present), src as its
+// page's start, the same on every thread, and the offset in it, for a buffer load). Thread tid always moves the same 16-byte chunk (K or V, column c) of keys key0 + j *
 // kKeysPerPass, so its offsets inside a page and in the tile do not depend on the tile. A chunk
-// is read only when its page names a block and its key lies in [key_lo, seq_len), and is not in
-// `unread` (bit k: key k of the tile is a draft slot no row of a tree sees, mask.h); otherwise
-// it is zero-filled and its source is not touched.
-template <int D, int kThreads, bool kInteriorPath>
-__device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<D>& src,
-                                           const RequestGeometry& g, int tile,
-                                           const TilePages& pages, int tid, uint64_t unread = 0) {
+// is present (may be read) only when its page names a block and its key lies in [key_lo,
+// seq_len), and is not in `unread` (bit k: key k of the tile is a draft slot no row of a tree
+// sees, mask.h); otherwise it is zero-filled and its source is not touched.
+template <int D, int kThreads>
+inline constexpr int kTileChunks = kTileKeys * 2 * KvTile<D>::kChunksPerRow / kThreads;
+
+template <int D, int kThreads, bool kInteriorPath, typename F>
+__device__ __forceinline__ void for_each_tile_chunk(const KvSource<D>& src, const RequestGeometry& g,
+                                                    int tile, const TilePages& pages, int tid,
+                                                    uint64_t unread, F f) {
   constexpr int kChunksPerKey = 2 * KvTile<D>::kChunksPerRow;  // K and V chunks of a slot
   constexpr int kKeysPerPass = kThreads / kChunksPerKey;
   constexpr int kPassesPerPage = kPageSize / kKeysPerPass;
@@ -181,14 +195,20 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
       int32_t block = pages.block[0];
 #pragma unroll
       for (int i = 1; i < kPagesPerTile; ++i) block = page == i ? pages.block[i] : block;
-      const char* page_start = src.page_bytes(block < 0 ? 0 : block, base);
+      [[maybe_unused]] const char* page_start = src.page_bytes(block < 0 ? 0 : block, base);
 #pragma unroll
       for (int jj = 0; jj < kPassesPerPage; ++jj) {
         const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
         const bool present =
             block >= 0 && (!kBounded || (key >= lo && key < hi && ((unread >> key) & 1u) == 0));
-        copy16(dst.base + half + KvTile<D>::offset(key, col),
-               page_start + jj * kKeysPerPass * (2 * D) * 2, present);
+#if defined(MUSE_ATTN_HIP)
+        f(page * kPassesPerPage + jj, half, KvTile<D>::offset(key, col),
+          src.page_bytes(block < 0 ? 0 : block, src.head_base),
+          static_cast<int>(base - src.head_base) + jj * kKeysPerPass * (2 * D) * 2, present);
+#else
+        f(page * kPassesPerPage + jj, half, KvTile<D>::offset(key, col),
+          page_start + jj * kKeysPerPass * (2 * D) * 2, present);
+#endif
       }
     }
   };
@@ -198,6 +218,61 @@ __device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<
     copies(std::true_type{});
   }
 }
+
+// Issues the copies of tile `tile` into `dst` (asynchronous on NVIDIA: commit + wait later).
+template <int D, int kThreads, bool kInteriorPath>
+__device__ __forceinline__ void stage_tile(const KvTile<D>& dst, const KvSource<D>& src,
+                                           const RequestGeometry& g, int tile,
+                                           const TilePages& pages, int tid, uint64_t unread = 0) {
+  for_each_tile_chunk<D, kThreads, kInteriorPath>(
+      src, g, tile, pages, tid, unread,
+#if defined(MUSE_ATTN_HIP)
+      [&](int, int half, int at, const char* page, int offset, bool present) {
+        copy16(dst.base + half + at, page + offset, present);
+      });
+#else
+      [&](int, int half, int at, const char* from, bool present) { copy16(dst.base + half + at, from, present); });
+#endif
+}
+
+#if defined(MUSE_ATTN_HIP)
+// AMD's copies go through registers: a tile loaded into them (load_tile_regs) is in flight
+// during the previous tile's math and written to LDS (store_tile_regs) after it, so a workgroup
+// overlaps its loads with its math. A thread's chunks of one tile: 16 VGPRs at D = 64. Each is a
+// buffer load over its page (amd_ops.h buffer_load16): an absent chunk's offset is out of the
+// page's range, so it is zeros without a branch or a read.
+template <int D, int kThreads>
+struct TileRegs {
+  amd::u32x4 chunk[kTileChunks<D, kThreads>];
+};
+
+// kPolicy: nontemporal everywhere today. The gfx950 design this follows reads a window's keys
+// cached (the next step rereads them); a choice by the window at run time would double the loop's
+// load code, so it waits for a kernel variant of its own and a measurement.
+template <int D, int kThreads, bool kInteriorPath, amd::CachePolicy kPolicy>
+__device__ __forceinline__ void load_tile_regs(TileRegs<D, kThreads>& regs, const KvSource<D>& src,
+                                               const RequestGeometry& g, int tile,
+                                               const TilePages& pages, int tid, uint64_t unread) {
+  for_each_tile_chunk<D, kThreads, kInteriorPath>(
+      src, g, tile, pages, tid, unread,
+      [&](int i, int, int, const char* page, int offset, bool present) {
+        regs.chunk[i] = amd::buffer_load16<kPolicy>(
+            page, KvSource<D>::kPageBytes, present ? static_cast<uint32_t>(offset) : amd::kOutOfRange);
+      });
+}
+
+// The chunks' places in a tile depend on the thread alone (for_each_tile_chunk).
+template <int D, int kThreads>
+__device__ __forceinline__ void store_tile_regs(const KvTile<D>& dst, const TileRegs<D, kThreads>& regs,
+                                                const KvSource<D>& src, const RequestGeometry& g,
+                                                int tid) {
+  const TilePages none{{-1, -1, -1, -1}};
+  for_each_tile_chunk<D, kThreads, false>(src, g, 0, none, tid, 0,
+                                          [&](int i, int half, int at, const char*, int, bool) {
+                                            lds_write(dst.base + half + at, regs.chunk[i]);
+                                          });
+}
+#endif
 
 // ---- FP8 cache (muse_attn/fp8.h) ------------------------------------------------------------
 // A tile is dequantized into the bf16 KvTile above (K = bf16(fp32(scale * decode(k8)))), and the

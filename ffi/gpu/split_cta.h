@@ -487,6 +487,34 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       return 0u;
     }
   };
+  // AMD, bf16 cache: the loop's refills go through registers, loaded a tile ahead (kv_tile.h
+  // TileRegs): tile t + kStages - 1 lands in registers during tile t's math. `regs_present`: its
+  // pages' present_mask(), moved into `present` with the tile.
+#if defined(MUSE_ATTN_HIP)
+  constexpr bool kRegPrefetch = !kFp8;
+  TileRegs<D, kThreads> regs;
+#else
+  constexpr bool kRegPrefetch = false;
+#endif
+  unsigned regs_present = 0;
+  auto load_regs = [&](int tile, const TileEntries& entries) {
+#if defined(MUSE_ATTN_HIP)
+    if constexpr (kRegPrefetch) {
+      const TilePages pages = resolve(src, entries);
+      load_tile_regs<D, kThreads, !kTwoTile, amd::CachePolicy::kNonTemporal>(regs, src, g, tile, pages,
+                                                                             tid, unread_keys(tile));
+      regs_present = pages.present_mask();
+    }
+#endif
+  };
+  auto store_regs = [&](int slot) {
+#if defined(MUSE_ATTN_HIP)
+    if constexpr (kRegPrefetch) {
+      store_tile_regs<D, kThreads>(tile_at(slot), regs, src, g, tid);
+      present = (present & ~(0xFu << (4 * slot))) | (regs_present << (4 * slot));
+    }
+#endif
+  };
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
     const uint64_t unread = unread_keys(tile);
@@ -520,11 +548,18 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       }
       copy_commit();
     }
+    if constexpr (kRegPrefetch) {  // the first refill into registers; next: the second's ids
+      if (t0 + kStages - 1 < t1) load_regs(t0 + kStages - 1, next);
+      next = t0 + kStages < t1 ? load_tile_entries(src, t0 + kStages) : TileEntries{};
+    }
   } else {  // D = 128: one tile's ids at a time (registers are short there)
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, load_tile_entries(src, t0 + s));
       copy_commit();
+    }
+    if constexpr (kRegPrefetch) {
+      if (t0 + kStages - 1 < t1) load_regs(t0 + kStages - 1, load_tile_entries(src, t0 + kStages - 1));
     }
   }
 
@@ -560,7 +595,19 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
   for (int t = paired ? t1 : t0; t < t1; ++t) {
     const int it = t - t0;
-    if constexpr (kPrefetchIds) {
+    if constexpr (kRegPrefetch) {
+      // The registers' tile into the slot tile t - 1 left (free since the last barrier), then
+      // the next refill's loads, in flight during this tile's math.
+      if (t + kStages - 1 < t1) store_regs((it + kStages - 1) % kStages);
+      if constexpr (kPrefetchIds) {
+        TileEntries after{};
+        if (t + kStages + 1 < t1) after = load_tile_entries(src, t + kStages + 1);
+        if (t + kStages < t1) load_regs(t + kStages, next);
+        next = after;
+      } else if (t + kStages < t1) {
+        load_regs(t + kStages, load_tile_entries(src, t + kStages));
+      }
+    } else if constexpr (kPrefetchIds) {
       TileEntries after{};  // issued ahead of this refill's copies
       if (t + kStages < t1) after = load_tile_entries(src, t + kStages);  // lands during this tile
       // (kFill: a kStages-tile segment's one refill was made in the prologue)

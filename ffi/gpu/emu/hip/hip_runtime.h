@@ -228,6 +228,23 @@ inline muse_emu_uint2 __builtin_amdgcn_permlane32_swap(unsigned vdst_old, unsign
 // __builtin_convertvector, which the host would lower its own way; this hook is the model.
 #define MUSE_EMU_CVT_PK_BF16_F32(a, b) ::muse_emu::cvt_pk_bf16_f32((a), (b))
 #endif
+// buffer_load_dwordx4 of a raw buffer (gpu/amd_ops.h buffer_load16), the range check as the
+// helper uses it: all 16 bytes inside num_records, read; offset >= num_records, zeros and nothing
+// read; a load straddling num_records is refused.
+typedef unsigned muse_emu_uint4 __attribute__((ext_vector_type(4)));
+namespace muse_emu {
+inline muse_emu_uint4 buffer_load16(const void* base, uint32_t num_records, uint32_t offset,
+                                    const char* file, int line) {
+  muse_emu_uint4 v = {0u, 0u, 0u, 0u};
+  if (offset >= num_records) return v;
+  if (num_records - offset < 16) fail("a buffer load straddling num_records", file, line);
+  std::memcpy(&v, static_cast<const char*>(base) + offset, 16);
+  return v;
+}
+}  // namespace muse_emu
+#define MUSE_EMU_BUFFER_LOAD16(base, n, off) ::muse_emu::buffer_load16((base), (n), (off), __FILE__, __LINE__)
+// A load through the constant address space (gpu/amd_ops.h load_invariant): a plain load here.
+#define MUSE_EMU_LOAD_INVARIANT(p) (*(p))
 // DPP exists on gfx942 and gfx950 alike.
 inline int __builtin_amdgcn_update_dpp(int old, int src, int dpp_ctrl, int row_mask, int bank_mask,
                                        bool bound_ctrl, const char* file = __builtin_FILE(),
