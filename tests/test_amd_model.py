@@ -257,6 +257,16 @@ def test_model_on_the_real_kernels(tmp_path, capsys):
             assert t["mfma"] > 0 and t["lds_read"] > 0 and t["vmem_load"] > 0, (arch, k["variant"], t)
             assert k["lds_dynamic_found"] and k["lds"] <= am.ARCH_SPECS[arch].lds_per_cu, k["variant"]
     if _ffi._MODULE is not None:
+        # The AMD table's split VGPR budget (ffi/gpu/amd_targets.h) is the largest split
+        # kernel's allocation as compiled (VGPRs, then AGPRs, in the target's granule).
+        table = {row["name"]: row for row in _ffi._MODULE.amd_targets()}
+        for arch in am.ARCHS:
+            spec = am.ARCH_SPECS[arch]
+            for d in (64, 128):
+                need = max(am.vgpr_total(k["vgprs"], k["agprs"], spec)
+                           for k in data["archs"][arch]["kernels"].values()
+                           if k["role"] == "split" and k["head_dim"] == d)
+                assert table[arch][f"split_vgprs_d{d}"] == need, (arch, d, need)
         rows = data["roofline"]["MI355X"]["rows"]
         assert len(rows) == 2 * len(am._bench().full_grid())
         assert all(r["model_us"] > r["launch_us"] for r in rows)

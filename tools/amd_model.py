@@ -4,7 +4,8 @@ MODEL, not a measurement: no AMD GPU has run these kernels.
     python tools/amd_model.py [--arch gfx942 gfx950] [--json PATH] [--no-roofline]
                               [--hbm-fraction F] [--launch-us US] [--root DIR]
 
-For every kernel of ffi/gpu/{split_kernel,split_kernel_fp8,merge_kernel}.cu.cc, compiled as
+For every kernel of ffi/gpu/{split_kernel,split_kernel_fp8,split_kernel_drafts,merge_kernel}.cu.cc,
+compiled as
 tools/gpu_compile_check.py compiles them (the real build's flags, the HIP clang it finds):
 
 - resources: VGPR / AGPR / SGPR, LDS a workgroup (static, plus the dynamic size the host code
@@ -42,7 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_compile_check as gcc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = ("split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "merge_kernel.cu.cc")
+SOURCES = ("split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "split_kernel_drafts.cu.cc", "merge_kernel.cu.cc")
 ARCHS = ("gfx942", "gfx950")
 BANNER = "MODEL, not a measurement: no AMD GPU has run these kernels."
 
@@ -539,12 +540,16 @@ def outside_path(blocks: List[Block], loop: Optional[dict]) -> List[int]:
 # --------------------------------------------------------------------------- model arithmetic
 
 
+def vgpr_total(vgprs: int, agprs: int, spec: ArchSpec) -> int:
+    """Registers a lane is allocated: VGPRs (to 4 where AGPRs follow), AGPRs, in the granule."""
+    total = (-(-max(vgprs, 1) // 4) * 4 if agprs else max(vgprs, 1)) + agprs
+    return -(-total // spec.vgpr_granule) * spec.vgpr_granule
+
+
 def vgpr_occupancy(vgprs: int, agprs: int, spec: ArchSpec) -> int:
     """Waves a SIMD the unified register file allows: architected VGPRs rounded to 4 (the AGPR
     offset), plus AGPRs, rounded to the allocation granule."""
-    total = (-(-max(vgprs, 1) // 4) * 4 if agprs else max(vgprs, 1)) + agprs
-    total = -(-total // spec.vgpr_granule) * spec.vgpr_granule
-    return max(0, min(spec.max_waves_per_simd, spec.vgprs_per_simd // total))
+    return max(0, min(spec.max_waves_per_simd, spec.vgprs_per_simd // vgpr_total(vgprs, agprs, spec)))
 
 
 def lds_workgroups(lds_bytes: int, spec: ArchSpec) -> Optional[int]:

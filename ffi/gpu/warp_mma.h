@@ -483,9 +483,11 @@ struct WarpAttention {
     }
   }
 
-  // A row's scores are spread over the 4 lanes lane ^ {0, 16, 32, 48}.
-  __device__ static float row_max(float x) { return xor_reduce<16, 2>(x, max_op); }
-  __device__ static float row_sum(float x) { return xor_reduce<16, 2>(x, add_op); }
+  // A row's scores are spread over the 4 lanes lane ^ {0, 16, 32, 48}: two butterfly steps, each
+  // a permlane swap on gfx950 (VALU, no LDS; amd_ops.h), a shuffle on gfx942; the same order of
+  // operations as xor_reduce, so the same bits.
+  __device__ static float row_max(float x) { return amd::xor_step<32>(amd::xor_step<16>(x, max_op), max_op); }
+  __device__ static float row_sum(float x) { return amd::xor_step<32>(amd::xor_step<16>(x, add_op), add_op); }
   __device__ bool is_row_leader() const { return (lane >> 4) == 0; }
 
   __device__ void rescale(int, float f) {
