@@ -38,3 +38,7 @@ extern "C" __global__ void isa_buffer_load16(amd::u32x4* out, const char* page, 
 extern "C" __global__ void isa_load_invariant(int* out, const int* table, int i) {
   out[threadIdx.x] = amd::load_invariant(table + i);  // the same address on every lane
 }
+extern "C" __global__ void isa_cvt_pk_f32_fp8(float* out, const uint32_t* in) {
+  const amd::F32Pair r = amd::cvt_pk_f32_fp8<true>(in[threadIdx.x]);
+  out[threadIdx.x] = r.lo + r.hi;
+}

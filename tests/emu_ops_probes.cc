@@ -106,15 +106,25 @@ __global__ void probe_load_invariant(OpsProbe p) {
   p.out[t] = amd::load_invariant(p.in + p.in[n + t]);
 }
 
+// in: words; out: 4 floats a word (its bytes as the target's FP8, by two conversions).
+__global__ void probe_cvt_pk_f32_fp8(OpsProbe p) {
+  const int t = threadIdx.x;
+  const amd::F32Pair lo = amd::cvt_pk_f32_fp8<false>(p.in[t]), hi = amd::cvt_pk_f32_fp8<true>(p.in[t]);
+  p.out[4 * t] = __float_as_uint(lo.lo);
+  p.out[4 * t + 1] = __float_as_uint(lo.hi);
+  p.out[4 * t + 2] = __float_as_uint(hi.lo);
+  p.out[4 * t + 3] = __float_as_uint(hi.hi);
+}
+
 using Kernel = void (*)(OpsProbe);
 constexpr Kernel kKernels[] = {probe_lds_read_tr_b16, probe_permlane_swap<16>,
                                probe_permlane_swap<32>, probe_cvt_pk_bf16_f32,
                                probe_dpp, probe_reduce, probe_global_load16, probe_buffer_load16,
-                               probe_load_invariant};
+                               probe_load_invariant, probe_cvt_pk_f32_fp8};
 constexpr const char* kNames[] = {"probe_lds_read_tr_b16", "probe_permlane_swap<16>",
                                   "probe_permlane_swap<32>", "probe_cvt_pk_bf16_f32",
                                   "probe_dpp", "probe_reduce", "probe_global_load16",
-                                  "probe_buffer_load16", "probe_load_invariant"};
+                                  "probe_buffer_load16", "probe_load_invariant", "probe_cvt_pk_f32_fp8"};
 
 }  // namespace
 

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import gpu_compile_check as gcc  # noqa: E402
 
 THREADS = 128  # two waves: every helper acts within its own wave
-LDS_READ_TR, SWAP16, SWAP32, CVT, DPP, REDUCE, LOAD, BUFFER_LOAD, LOAD_INVARIANT = range(9)
+LDS_READ_TR, SWAP16, SWAP32, CVT, DPP, REDUCE, LOAD, BUFFER_LOAD, LOAD_INVARIANT, CVT_FP8 = range(10)
 
 needs_emulator = pytest.mark.skipif(
     ae.find_clang() is None, reason="no clang++ 17+ for the AMD emulator (apt-get install clang-19)")
@@ -261,6 +261,22 @@ def test_load_invariant(emu):
         emu.ops_probe(LOAD_INVARIANT, np.concatenate([words, index]), THREADS), words[index])
 
 
+# ---- v_cvt_pk_f32_fp8: every byte, in the target's format ----------------------------------------
+def test_cvt_pk_f32_fp8_decodes_every_byte_in_the_targets_format(emu):
+    """gfx942 reads e4m3fnuz, gfx950 OCP e4m3fn (ml_dtypes' decoding is the model); NaN bytes
+    give NaN, every other byte its exact value, in each byte position of the word."""
+    fmt = ml_dtypes.float8_e4m3fnuz if emu.target == "gfx942" else ml_dtypes.float8_e4m3fn
+    b = np.arange(256, dtype=np.uint32)
+    every = b | np.roll(b, 1) << 8 | np.roll(b, 2) << 16 | np.roll(b, 3) << 24  # each byte in each place
+    for words in (every[:THREADS], every[THREADS:]):
+        out = emu.ops_probe(CVT_FP8, words, 4 * THREADS).view(np.float32).reshape(THREADS, 4)
+        want = np.stack([np.array((words >> (8 * k)) & 0xFF, np.uint8).view(fmt).astype(np.float32)
+                         for k in range(4)], axis=1)
+        nan = np.isnan(want)
+        assert (np.isnan(out) == nan).all()
+        np.testing.assert_array_equal(out[~nan], want[~nan])
+
+
 # ---- what the helpers lower to -------------------------------------------------------------------
 ISA_SOURCE = os.path.join(ROOT, "tests", "amd_ops_isa.cc")
 
@@ -319,5 +335,6 @@ def test_lowering(isa):
     buf = [x for x in k["isa_buffer_load16"] if x.startswith("buffer_load")]
     assert buf and all(re.search(r"^buffer_load_dwordx4 .* offen nt$", x) for x in buf), buf
     assert not _has(k["isa_buffer_load16"], r"^s_cbranch"), k["isa_buffer_load16"]
+    assert _has(k["isa_cvt_pk_f32_fp8"], r"^v_cvt_pk_f32_fp8"), k["isa_cvt_pk_f32_fp8"]
     inv = k["isa_load_invariant"]
     assert _has(inv, r"^s_load_dword ") and not _has(inv, r"^global_load"), inv

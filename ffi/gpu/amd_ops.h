@@ -142,6 +142,30 @@ __device__ __forceinline__ u32x4 global_load16(const void* p) {
   else return *q;
 }
 
+// ---- v_cvt_pk_f32_fp8 ---------------------------------------------------------------------------
+// Bytes 2 kHigh and 2 kHigh + 1 of `word` as fp32, exactly (every e4m3 value is an fp32; a NaN
+// byte gives a NaN). The format is the target's own: e4m3fnuz on gfx942 (CDNA3), OCP e4m3fn on
+// gfx950 (CDNA4); a cache in the other format is decoded in software.
+#if defined(__gfx950__)
+inline constexpr bool kNativeFp8IsFnuz = false;
+#else
+inline constexpr bool kNativeFp8IsFnuz = true;
+#endif
+struct F32Pair {
+  float lo, hi;
+};
+template <bool kHigh>
+__device__ __forceinline__ F32Pair cvt_pk_f32_fp8(uint32_t word) {
+#if defined(MUSE_EMU_CVT_PK_F32_FP8)
+  return F32Pair{MUSE_EMU_CVT_PK_F32_FP8(word, 2 * kHigh, kNativeFp8IsFnuz),
+                 MUSE_EMU_CVT_PK_F32_FP8(word, 2 * kHigh + 1, kNativeFp8IsFnuz)};
+#else
+  typedef float f32x2 __attribute__((ext_vector_type(2)));
+  const f32x2 v = __builtin_amdgcn_cvt_pk_f32_fp8(static_cast<int>(word), kHigh);
+  return F32Pair{v[0], v[1]};
+#endif
+}
+
 // ---- s_load_dword: a uniform load from memory that the kernel never writes -----------------
 // Read through the constant address space, which the compiler may read with scalar loads (the
 // SMEM pipe, its own counter, no VGPR) where the address is the same on every lane; a plain

@@ -332,9 +332,26 @@ __device__ __forceinline__ TileKeys tile_keys(const RequestGeometry& g, int tile
   return TileKeys{g.key_lo - tile * kTileKeys, g.seq_len - tile * kTileKeys, pages, unread};
 }
 
-// 16 FP8 values (4 words) -> 16 bf16 (8 words), as the rule says; zeros where !present.
+// 16 FP8 values (4 words) -> 16 bf16 (8 words), as the rule says; zeros where !present. AMD
+// decodes its own format with the conversion instruction (exact) and rounds a pair at a time
+// (v_cvt_pk_bf16_f32 on gfx950): the same bits, but for a NaN's payload (a NaN stays a NaN).
 __device__ __forceinline__ void fp8x16_to_bf16(const uint32_t (&in)[4], float scale, bool fnuz,
                                                bool present, uint32_t (&out)[8]) {
+#if defined(MUSE_ATTN_HIP)
+  if (fnuz == amd::kNativeFp8IsFnuz) {
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      const amd::F32Pair f = w % 2 ? amd::cvt_pk_f32_fp8<true>(in[w / 2]) : amd::cvt_pk_f32_fp8<false>(in[w / 2]);
+#if defined(__gfx950__)
+      const uint32_t pair = amd::cvt_pk_bf16_f32(scale * f.lo, scale * f.hi);
+#else
+      const uint32_t pair = fp8_round_bf16(scale * f.lo) | (fp8_round_bf16(scale * f.hi) << 16);
+#endif
+      out[w] = present ? pair : 0u;
+    }
+    return;
+  }
+#endif
 #pragma unroll
   for (int w = 0; w < 8; ++w) {
     const uint32_t lo = in[w / 2] >> (16 * (w % 2)) & 0xFFu, hi = in[w / 2] >> (16 * (w % 2) + 8) & 0xFFu;

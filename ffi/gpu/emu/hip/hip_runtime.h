@@ -8,6 +8,7 @@
 
 #include <math.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -243,6 +244,20 @@ inline muse_emu_uint4 buffer_load16(const void* base, uint32_t num_records, uint
 }
 }  // namespace muse_emu
 #define MUSE_EMU_BUFFER_LOAD16(base, n, off) ::muse_emu::buffer_load16((base), (n), (off), __FILE__, __LINE__)
+// v_cvt_pk_f32_fp8 (gpu/amd_ops.h cvt_pk_f32_fp8): byte `byte` of word as an e4m3 value of the
+// target's format, written from the formats' definitions: OCP e4m3fn (bias 7, NaN S.1111.111)
+// and e4m3fnuz (bias 8, NaN 0x80 alone); a subnormal is m * 2^(1 - bias - 3).
+namespace muse_emu {
+inline float cvt_fp8_byte(uint32_t word, int byte, bool fnuz) {
+  const uint32_t b = (word >> (8 * byte)) & 0xFFu;
+  if (fnuz ? b == 0x80u : (b & 0x7Fu) == 0x7Fu) return std::nanf("");
+  const int bias = fnuz ? 8 : 7, e = static_cast<int>((b >> 3) & 0xFu), m = static_cast<int>(b & 7u);
+  const float v = e == 0 ? std::ldexp(static_cast<float>(m), 1 - bias - 3)
+                         : std::ldexp(static_cast<float>(8 + m), e - bias - 3);
+  return (b & 0x80u) ? -v : v;
+}
+}  // namespace muse_emu
+#define MUSE_EMU_CVT_PK_F32_FP8(word, byte, fnuz) ::muse_emu::cvt_fp8_byte((word), (byte), (fnuz))
 // A load through the constant address space (gpu/amd_ops.h load_invariant): a plain load here.
 #define MUSE_EMU_LOAD_INVARIANT(p) (*(p))
 // DPP exists on gfx942 and gfx950 alike.
