@@ -33,7 +33,8 @@ extern "C" __global__ void isa_load_cached(amd::u32x4* out, const amd::u32x4* in
 }
 extern "C" __global__ void isa_buffer_load16(amd::u32x4* out, const char* page, uint32_t first) {
   const uint32_t at = 16 * threadIdx.x;  // a predicated load without a branch
-  out[threadIdx.x] = amd::buffer_load16<amd::CachePolicy::kNonTemporal>(page, 4096, at >= first ? at : amd::kOutOfRange);
+  const uint32_t offset = at >= first ? at : amd::kOutOfRange;
+  out[threadIdx.x] = amd::buffer_load16<amd::CachePolicy::kNonTemporal>(page, 4096, offset);
 }
 extern "C" __global__ void isa_load_invariant(int* out, const int* table, int i) {
   out[threadIdx.x] = amd::load_invariant(table + i);  // the same address on every lane

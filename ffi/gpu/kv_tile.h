@@ -150,8 +150,9 @@ __device__ __forceinline__ TilePages resolve(const KvSource<D, E>& src, const Ti
 // The 16-byte chunks thread tid moves of tile `tile`: f(i, half, at, src, present) for its i-th
 // chunk (i < kTileChunks<D, kThreads>), half + at its place in a KvTile (K or V half, the place
 // in it), src its bytes in the cache (AMD: f(i, half, at, page, offset, present), src as its
-// page's start, the same on every thread, and the offset in it, for a buffer load). Thread tid always moves the same 16-byte chunk (K or V, column c) of keys key0 + j *
-// kKeysPerPass, so its offsets inside a page and in the tile do not depend on the tile. A chunk
+// page's start, the same on every thread, and the offset in it, for a buffer load). Thread tid
+// always moves the same 16-byte chunk (K or V, column c) of keys key0 + j * kKeysPerPass, so
+// its offsets inside a page and in the tile do not depend on the tile. A chunk
 // is present (may be read) only when its page names a block and its key lies in [key_lo,
 // seq_len), and is not in `unread` (bit k: key k of the tile is a draft slot no row of a tree
 // sees, mask.h); otherwise it is zero-filled and its source is not touched.

@@ -493,10 +493,10 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
 #if defined(MUSE_ATTN_HIP)
   constexpr bool kRegPrefetch = !kFp8;
   TileRegs<D, kThreads> regs;
+  unsigned regs_present = 0;
 #else
   constexpr bool kRegPrefetch = false;
 #endif
-  unsigned regs_present = 0;
   auto load_regs = [&](int tile, const TileEntries& entries) {
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
