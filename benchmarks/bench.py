@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import fnmatch
+import functools
 import hashlib
 import importlib.util
 import json
@@ -509,8 +510,8 @@ def jax_worker(args):
                 return first(jax_muse_attn.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, backend="ffi",
                                                             num_splits=args.num_splits, **scales, **drafts))
 
-            def ref(x, kv, bt, sl, w=w):
-                return first(reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, **scales, **drafts))
+            def ref(x, kv, bt, sl, w=w, d=drafts):
+                return first(reference.verify_attention(x, kv, bt, sl, scale=SCALE, window=w, **scales, **d))
 
             # A chain returns every call's output when it is checked (keep=True) and only the
             # last when it is timed: outputs that leave the jit get fresh buffers every run, a
@@ -549,19 +550,16 @@ def jax_worker(args):
             # where the whole would not fit beside the cache.
             per_request = cfg.pages * PAGE * (H_KV * 2 * D * 2 + H_Q * NQ * 4 * 2)
             chunk = max(1, min(cfg.R, REF_BYTES // per_request))
-            ref_whole = jax.jit(ref)
+            # (first request, end, the reference's jit over them with their draft operands)
+            slices = [(r0, min(cfg.R, r0 + chunk),
+                       jax.jit(functools.partial(ref, d={k: v if isinstance(v, bool) else v[r0:r0 + chunk]
+                                                          for k, v in drafts.items()})))
+                      for r0 in range(0, cfg.R, chunk)]
 
             def ref1(x, kv, bt, sl):
-                if chunk >= cfg.R:
-                    return ref_whole(x, kv, bt, sl)
-                outs = []
-                for r0 in range(0, cfg.R, chunk):
-                    r1 = min(cfg.R, r0 + chunk)
-                    d = {k: v if isinstance(v, bool) else v[r0:r1] for k, v in drafts.items()}
-                    outs.append(jax.jit(lambda x, kv, bt, sl, d=d: first(reference.verify_attention(
-                        x, kv, bt, sl, scale=SCALE, window=w, **scales, **d)))(
-                        x[NQ * r0:NQ * r1], kv, bt[r0:r1], sl[r0:r1]))
-                return jnp.concatenate(outs)
+                if len(slices) == 1:
+                    return slices[0][2](x, kv, bt, sl)
+                return jnp.concatenate([f(x[NQ * r0:NQ * r1], kv, bt[r0:r1], sl[r0:r1]) for r0, r1, f in slices])
             check = dict(ok=True, max_abs_err=0.0, n_bad=0, outputs_checked=0, timed_equals_checked=True)
 
             def check_timed(timed, keep_all, *xs, outputs=lambda r: r):
