@@ -259,18 +259,20 @@ def _trees(rng, r, nq):
     return mask.astype(np.uint32), depth.astype(np.int32)
 
 
-def check_drafts(emu, c, schedule, what, **drafts):
-    """A drafts-target call (lse asked for) against the float64 oracle: out and lse."""
+def check_drafts(emu, c, schedule, what, overrides="", **drafts):
+    """A drafts-target call (lse asked for) against the float64 oracle: out and lse; the plan's
+    split kernel per_tile, or two_tile where overrides force it."""
     import oracle
     shapes = _validate.check_inputs(c.q, c.kv, c.bt, c.sl, scale=c.scale, window=c.window,
                                     tokens_per_request=c.NQ, **c.scales())
     shapes = _validate.check_drafts(shapes, *(None if drafts.get(k) is None else jnp.asarray(drafts[k])
                                               for k in ("draft_lens", "tree_mask", "draft_depths")),
                                     True)
-    plan = _ffi.launch_plan(shapes, "ROCM", 0, "", device=ae.DEVICES[emu.target])
-    chain = _ffi.launch_plan(dataclasses.replace(shapes, drafts="chain", lse=False), "ROCM", 0, "",
+    plan = _ffi.launch_plan(shapes, "ROCM", 0, overrides, device=ae.DEVICES[emu.target])
+    chain = _ffi.launch_plan(dataclasses.replace(shapes, drafts="chain", lse=False), "ROCM", 0, overrides,
                              device=ae.DEVICES[emu.target])
-    assert plan == (chain if shapes.drafts == "chain" else dict(plan, split_kernel="per_tile")), plan
+    kernel = "two_tile" if "two_tile" in overrides else "per_tile"
+    assert plan == (chain if shapes.drafts == "chain" else dict(chain, split_kernel=kernel)), plan
     out, lse = emu.run(c.q_np, c.kv_np, c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ, window=c.window,
                        num_reqs=c.num_reqs, plan=plan, schedule=schedule, return_lse=True,
                        k_scale=c.k_scale_np, v_scale=c.v_scale_np, **drafts)
@@ -283,6 +285,18 @@ def check_drafts(emu, c, schedule, what, **drafts):
     assert np.array_equal(np.isneginf(lse), np.isneginf(want_lse)), what
     fin = np.isfinite(want_lse)
     np.testing.assert_allclose(lse[fin], want_lse[fin], rtol=0, atol=2e-3, err_msg=what)
+
+
+def test_drafts_two_tile_kernel(emu):
+    """The drafts target's two-tile kernel, forced (AMD takes its segments tile by tile): ragged
+    counts and a tree at two-tile segments."""
+    rng = np.random.default_rng(22)
+    c = make_case(rng, 3, [250, 128, 70], P=16, window=100)
+    check_drafts(emu, c, "lockstep", "ragged two_tile", overrides="split_kernel=two_tile",
+                 draft_lens=np.array([3, 8, 0], np.int32))
+    mask, depth = _trees(rng, 3, c.NQ)
+    check_drafts(emu, c, "wave_serial", "tree two_tile", overrides="split_kernel=two_tile",
+                 draft_lens=np.array([8, 5, 7], np.int32), tree_mask=mask, draft_depths=depth)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -118,6 +118,25 @@ def test_trees(rng, backend, window, num_splits):
     assert not np.array_equal(bits(out), bits(chain)), "the tree changed nothing (test bug)"
 
 
+@pytest.mark.parametrize("split_kernel", ["per_tile", "two_tile"])
+@pytest.mark.parametrize("window", [None, 5])
+def test_each_split_kernel_of_the_drafts_target(rng, split_kernel, window, monkeypatch):
+    """Ragged counts and a tree through each split kernel the drafts target has, forced (GPU;
+    the CPU handler runs its one scheme), at 8 segments: two-tile segments of the longest
+    request (the two-tile kernel's 128-key step), shorter ones elsewhere."""
+    monkeypatch.setenv("MUSE_ATTN_LAUNCH", f"split_kernel={split_kernel}")
+    r = 5
+    mask, depth = random_trees(rng, r)
+    counts = np.array([8, 5, 3, 0, 7], np.int32)
+    c = poison_rows(make_case(rng, r, LENS, P=64, window=window), counts)
+    plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, num_splits=8, drafts=True)
+    if _ffi.current_platform() != "cpu":
+        assert plan["split_kernel"] == split_kernel, plan
+    kw = dict(run_kw=dict(num_splits=8), draft_lens=counts)
+    check(c, "ffi", f"ragged {split_kernel}", **kw)
+    check(c, "ffi", f"tree {split_kernel}", tree_mask=mask, draft_depths=depth, **kw)
+
+
 def test_tree_defaults(rng, backend):
     """tree_mask alone (depth = row), draft_depths alone (the causal mask), no draft_lens."""
     mask, depth = random_trees(rng, 3)
@@ -184,8 +203,9 @@ def test_lse_alone_keeps_the_chain_plan(rng, r, lens, pages, window):
     c = make_case(rng, r, lens, P=pages, window=window)
     plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window)
     drafts_plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, drafts=True)
-    if _ffi.current_platform() != "cpu":
-        assert drafts_plan["split_kernel"] == "per_tile", drafts_plan
+    if _ffi.current_platform() != "cpu":  # the drafts target has per_tile and two_tile
+        want = plan["split_kernel"] if plan["split_kernel"] == "two_tile" else "per_tile"
+        assert drafts_plan["split_kernel"] == want, (plan, drafts_plan)
     base = c.run("ffi")
     out, lse = c.run("ffi", return_lse=True)
     np.testing.assert_array_equal(bits(out), bits(base))

@@ -120,12 +120,13 @@ inline dim3 split_grid_two_pairs(const VerifyParams& p) {
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of an FP8 cache (kv_format != bf16; per_tile whatever the plan says).
 gpuError_t launch_split_fp8(const VerifyParams& p, gpuStream_t stream);
-// The split kernel of the drafts target (ragged drafts, trees; bf16 or FP8 cache; per_tile).
-gpuError_t launch_split_drafts(const VerifyParams& p, gpuStream_t stream);
+// The split kernel of the drafts target (ragged drafts, trees; bf16 or FP8 cache): two_tile where
+// the plan says so over a bf16 cache at D = 64, else per_tile.
+gpuError_t launch_split_drafts(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of a call: the drafts kernel where drafts are ragged or a tree, else the plan's
 // (a chain asking for its lse runs the chain's kernels; the merge writes the lse).
 inline gpuError_t launch_split_for(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
-  return p.draft_kind != 0 ? launch_split_drafts(p, stream) : launch_split(p, kernel, stream);
+  return p.draft_kind != 0 ? launch_split_drafts(p, kernel, stream) : launch_split(p, kernel, stream);
 }
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when

@@ -100,7 +100,7 @@ struct Device {
 struct CallShape {
   int head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window;  // window 0: full
   bool kv_fp8 = false;  // an FP8 cache (its split kernel is per_tile)
-  bool drafts = false;  // ragged drafts or a tree (per_tile too); lse alone keeps the chain's plan
+  bool drafts = false;  // ragged drafts or a tree (per_tile or two_tile); lse alone keeps the chain's plan
   int64_t rows() const { return int64_t{tokens} * (num_q_heads / num_kv_heads); }
   int64_t groups() const { return int64_t{num_requests} * num_kv_heads; }
   int64_t row_blocks() const { return (rows() + kMaxRows - 1) / kMaxRows; }
@@ -245,10 +245,12 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
       forced = static_cast<int>(SplitKernel::kPingpong);
     if (!runs) forced = -1;
   }
-  if (s.kv_fp8 || s.drafts) forced = static_cast<int>(SplitKernel::kPerTile);  // their only variant
+  if (s.kv_fp8) forced = static_cast<int>(SplitKernel::kPerTile);  // its only variant
+  if (s.drafts && forced >= 0 && forced != static_cast<int>(SplitKernel::kTwoTile))
+    forced = static_cast<int>(SplitKernel::kPerTile);  // the drafts target's other variant
   const bool pingpong =
       forced >= 0 ? (forced == int(SplitKernel::kPingpong) || forced == int(SplitKernel::kPingpongTwoPairs))
-                  : sm90 && s.head_dim == 64 && few_ctas && tiles >= t.pingpong_min_segment_tiles;
+                  : pingpong_capable(s, d) && few_ctas && tiles >= t.pingpong_min_segment_tiles;
 
   p.merge_warps = o.merge_warps > 0
                       ? o.merge_warps
@@ -277,7 +279,8 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     const int64_t merge_ctas = (s.rows() + per_cta - 1) / per_cta * s.groups();
     const bool merge_fits =
         !p.merge_pdl || ctas + merge_ctas <= int64_t{t.fill_ring_max_ctas_per_sm} * sms;
-    p.split_kernel = sm90 && s.head_dim == 64 && tiles == split_stages(Vendor::kNvidia, 64) && merge_fits
+    p.split_kernel = sm90 && s.head_dim == 64 && !s.drafts && tiles == split_stages(Vendor::kNvidia, 64) &&
+                             merge_fits
                          ? SplitKernel::kFillRing
                          : SplitKernel::kPerTile;
   }

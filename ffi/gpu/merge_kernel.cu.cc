@@ -274,12 +274,14 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   const int req = group / p.num_kv_heads;
   const int kvh = group - req * p.num_kv_heads.divisor();
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
+  // The count and seq_lens loaded side by side (a request with no drafts reads no keys).
   int count = p.tokens;
   if constexpr (kDrafts) {
     if (req < real && p.draft_kind != static_cast<int>(DraftKind::kChain))
       count = clamp_draft_count(p.draft_lens[req], p.tokens);
   }
-  const int raw_len = req < real && (!kDrafts || count > 0) ? p.seq_lens[req] : 0;
+  const int seq_len_found = req < real ? p.seq_lens[req] : 0;
+  const int raw_len = !kDrafts || count > 0 ? seq_len_found : 0;
   const RequestGeometry g =
       request_geometry(raw_len, p.pages * kPageSize, count, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};

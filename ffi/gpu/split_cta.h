@@ -113,10 +113,12 @@ struct LaneMask {
   }
 };
 // The warp's rows start at row0 of the group; a query row's token, without branches (rows past
-// the group's are clamped: their scores are never written).
+// the group's are clamped: their scores are never written). tokens: the request's where it is not
+// p.tokens (a ragged chain's count; rows past it see what they may, and are written as empty
+// partials).
 template <int D>
 __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
-    const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0) {
+    const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0, int tokens = -1) {
   constexpr int R = WarpAttention<D>::kRowsPerLane;
   LaneMask<R> m;
 #pragma unroll
@@ -124,7 +126,7 @@ __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
     m.qpos[rr] = token_position(g, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
     m.key_min[rr] = first_visible_key(m.qpos[rr], p.window);
   }
-  whole_tiles(g.ctx, p.tokens, p.window, &m.whole_lo, &m.whole_hi);
+  whole_tiles(g.ctx, tokens < 0 ? p.tokens : tokens, p.window, &m.whole_lo, &m.whole_hi);
   return m;
 }
 
@@ -142,13 +144,13 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
   }
 }
 
-// The drafts target's mask of a lane's R rows (mask.h DraftRow): row rr sees context keys
+// A tree's mask of a lane's R rows (mask.h DraftRow): row rr sees context keys
 // [key_lo[rr], ctx) and the drafts of bits[rr] (draft j: key ctx + j). A row that is no live
 // draft (dead_rows) is masked as it may be: its partial is written empty whatever its scores,
 // so whole tiles need no mask for it.
-// The whole tiles are a tree's for the deepest a depth can be (NQ - 1; a ragged chain's are
-// within them), worked out a tile at a time from the geometry and the parameters: held in
-// registers across the loop they spill the FP8 kernels.
+// The whole tiles are those of the deepest a depth can be (NQ - 1), worked out a tile at a time
+// from the geometry and the parameters: held in registers across the loop they spill the FP8
+// kernels.
 template <int R>
 struct DraftLaneMask {
   const VerifyParams& p;
@@ -163,12 +165,6 @@ struct DraftLaneMask {
   }
 };
 
-// The drafts request req verifies (draft_kind 0: every token; else draft_lens[req], clamped).
-__device__ __forceinline__ int request_draft_count(const VerifyParams& p, int req) {
-  return p.draft_kind == static_cast<int>(DraftKind::kChain) ? p.tokens
-                                                                : clamp_draft_count(p.draft_lens[req], p.tokens);
-}
-
 // Request req's clamped draft depths as tree_draft_row reads them.
 struct DraftDepths {
   const int32_t* row;  // draft_depths[req]
@@ -176,19 +172,16 @@ struct DraftDepths {
   __device__ int operator[](int j) const { return clamp_draft_depth(row[j], tokens); }
 };
 
-// Row t's DraftRow: a ragged chain (draft_kind 0 or 1) or a tree (2; tree_mask and depths read
-// only for a live row).
+// Row t's DraftRow in a tree (tree_mask and depths read only for a live row).
 __device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, int ctx, int count, int t) {
-  if (p.draft_kind != static_cast<int>(DraftKind::kTree) || t >= count || ctx + t < 0)
-    return chain_draft_row(ctx, count, t, p.window);
+  if (t >= count || ctx + t < 0) return dead_draft_row();
   const int64_t at = int64_t{req} * p.tokens;
   return tree_draft_row(ctx, count, t, p.tree_mask[at + t], DraftDepths{p.draft_depths + at, p.tokens},
                         p.window);
 }
 
-// The drafts [0, count) of a tree that no row sees (0 for a chain: it reads every draft).
+// The drafts [0, count) of a tree that no row sees.
 __device__ __forceinline__ uint32_t unread_tree_drafts(const VerifyParams& p, int req, int ctx, int count) {
-  if (p.draft_kind != static_cast<int>(DraftKind::kTree)) return 0u;
   uint32_t read = 0u;
   for (int t = 0; t < count; ++t) read |= draft_row(p, req, ctx, count, t).draft_bits;
   return low_bits(count) & ~read;
@@ -303,11 +296,11 @@ __device__ __forceinline__ void softmax_and_accumulate(WarpAttention<D>& w, Soft
 // keys from the empty state (no rescale: O is still zero), both P V in one round trip.
 // b_ready() runs between the two tiles' score MMAs and waits for b's copies: every thread of the
 // CTA must reach it (it holds a barrier).
-template <int D, int R, typename BReady>
+template <int D, int R, typename Mask, typename BReady>
 __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w, SoftmaxState (&st)[R],
                                                             const KvTile<D>& a, const KvTile<D>& b,
                                                             int t, unsigned ok_a, unsigned ok_b,
-                                                            const LaneMask<R>& mask, float scale_log2,
+                                                            const Mask& mask, float scale_log2,
                                                             BReady b_ready) {
   using Warp = WarpAttention<D>;
   constexpr int N = Warp::kScoresPerRow;
@@ -407,13 +400,16 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 // its own register bound. kFillRing: a segment of exactly kStages tiles issues its last tile's
 // copies in the prologue too, so every copy is issued before the first wait.
 // kFp8: the cache is FP8 (kv_tile.h: each tile dequantized into bf16, then as for bf16).
-// kDrafts: the drafts target (ragged drafts, trees; mask.h): the request's count of drafts sets
-// its geometry, rows past them are neither read nor written but as empty partials, and a tree's
-// rows are masked by their DraftRow.
-template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false, bool kDrafts = false>
+// kDrafts: the drafts target's kind (mask.h; p.draft_kind is the same): the request's count of
+// drafts sets its geometry, and rows past them are neither read nor written but as empty
+// partials. A ragged chain is a chain of `count` tokens and takes the chain's mask; a tree's rows
+// are masked by their DraftRow.
+template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false,
+          DraftKind kDrafts = DraftKind::kChain>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
+  constexpr bool kCounted = kDrafts != DraftKind::kChain, kTree = kDrafts == DraftKind::kTree;
   static_assert(!(kFp8 && (kTwoTile || kFillRing)), "FP8 tiles one at a time");
-  static_assert(!(kDrafts && (kTwoTile || kFillRing)), "drafts tiles one at a time");
+  static_assert(!(kCounted && kFillRing), "no fill ring for the drafts target");
   MUSE_DYNAMIC_SHARED(smem_raw);
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -431,16 +427,18 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   const SplitCta c = split_cta(p);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
-  // Drafts: the request's count first (its rows past it are not read), and no keys without one.
-  const int count = kDrafts ? request_draft_count(p, c.req) : p.tokens;
-  const int raw_len = kDrafts && count == 0 ? 0 : p.seq_lens[c.req];  // in flight while Q's copies are issued
+  // Drafts: the request's count (its rows past it are not read; no keys without one), loaded
+  // beside seq_lens, not before it. Both in flight while Q's copies are issued.
+  const int count = kCounted ? clamp_draft_count(p.draft_lens[c.req], p.tokens) : p.tokens;
+  const int seq_len_found = p.seq_lens[c.req];
+  const int raw_len = kCounted && count == 0 ? 0 : seq_len_found;
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
   const int row0 = c.block_row0 + 16 * warp;  // the warp's first row of the group
   const int lane = tid % kWarpSize;
   // Q first (the request is real).
   const QTile<D, kMaxRows> q_tile{smem + split_stages_bytes<D, kFp8>()};
-  stage_query_rows<D, kThreads>(p, c, q_tile, tid, kDrafts ? count * p.qpk.divisor() : p.rows);
+  stage_query_rows<D, kThreads>(p, c, q_tile, tid, kCounted ? count * p.qpk.divisor() : p.rows);
   Warp w(lane);
   const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window,
                                              p.num_splits);
@@ -473,15 +471,15 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   // once by thread 0 into shared memory, read back for the (at most two) tiles holding draft
   // slots, so that nothing of it stays in registers across the loop.
   const uint32_t* unread_drafts = nullptr;
-  if constexpr (kDrafts) {
+  if constexpr (kTree) {
     __shared__ uint32_t unread_word;
     if (tid == 0) lds_write(&unread_word, unread_tree_drafts(p, c.req, g.ctx, count));
     __syncthreads();
     unread_drafts = &unread_word;
   }
   auto unread_keys = [&](int tile) -> uint64_t {
-    if constexpr (kDrafts) {
-      if (p.draft_kind != static_cast<int>(DraftKind::kTree) || (tile + 1) * kTileKeys <= g.ctx) return 0u;
+    if constexpr (kTree) {
+      if ((tile + 1) * kTileKeys <= g.ctx) return 0u;
       return tile_unread_keys(lds_value(*unread_drafts), tile, g.ctx);
     } else {
       return 0u;
@@ -564,14 +562,17 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
 
   const auto mask = [&] {
-    if constexpr (kDrafts)
+    if constexpr (kTree)
       return draft_lane_mask(p, c.req, g, count, w, row0);
     else
-      return lane_mask(p, g, w, row0);
+      return lane_mask(p, g, w, row0, kCounted ? count : -1);
   }();
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
+  // The lane's rows that are no live draft, written as empty partials (one register, not the
+  // count and the rows' indices, across the loop).
+  [[maybe_unused]] const unsigned dead = kCounted ? dead_rows(p, g, count, w, row0) : 0u;
 
   bool paired = false;  // a two-tile segment taken as one step
   if constexpr (kTwoTile && Warp::kWarpgroupMma && kStages >= 3) {
@@ -637,8 +638,8 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
   copy_wait<0>();
 
-  if constexpr (kDrafts)
-    write_partials(p, w, st, c.group, c.seg, row0, dead_rows(p, g, request_draft_count(p, c.req), w, row0));
+  if constexpr (kCounted)
+    write_partials(p, w, st, c.group, c.seg, row0, dead);
   else
     write_partials(p, w, st, c.group, c.seg, row0);
 }

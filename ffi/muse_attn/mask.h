@@ -85,7 +85,7 @@ MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, c
   row.key_hi = ctx;
   // Drafts that exist (j < count, slot ctx + j >= 0) and, with a window, lie inside it.
   uint32_t bits = tree_bits & low_bits(count) & ~low_bits(-ctx);
-  if (window > 0)
+  if (window > 0 && depth >= window)  // else every draft is within it (depths are >= 0)
     for (int j = 0; j < count; ++j)
       if (depth - depths[j] >= window) bits &= ~(1u << j);
   row.draft_bits = bits;
