@@ -8,7 +8,8 @@ The rules in words: two-tile steps where segments have at most 2 tiles and split
 more at 2 CTAs an SM, as two pairs a CTA (one CTA an SM) where segments have 32 tiles or more and
 those CTAs fit in one wave; the fill ring where segments have 4 tiles, except where a dependent
 merge's CTAs do not fit beside the split CTAs (full 2k R=16: 256 + 256); the merge a dependent
-launch where the split grid has at most 2 CTAs an SM. D = 128 runs the per-tile kernel.
+launch where the split grid has at most 2 CTAs an SM. D = 128 runs the per-tile kernel. Segments
+of 128 tiles at most: full 128k R=16 takes 24 of 86 tiles (per_tile), not 8 of 256.
 """
 
 import re
@@ -40,7 +41,7 @@ TWO_TILE_AT_TWO_AN_SM = {"full2k-r8", "full8k-r2", "swa32k-r6", "full2k-r7", "fu
 TWO_TILE = {"swa32k-r1", "swa32k-r2", "swa32k-r4", "full2k-r1", "full2k-r2", "full2k-r4",
             "full8k-r1"} | TWO_TILE_AT_TWO_AN_SM
 PINGPONG = {"full8k-r16", "full32k-r4", "full128k-r1", "full128k-r4"}
-PINGPONG_TWO_PAIRS = {"full32k-r8", "full32k-r16", "full128k-r2", "full128k-r8", "full128k-r16"}
+PINGPONG_TWO_PAIRS = {"full32k-r8", "full32k-r16", "full128k-r2", "full128k-r8"}
 FILL_RING = {"full8k-r4", "full32k-r1"}
 # the fewest tiles a segment of the two-pair form has (tuning.h two_pairs_min_segment_tiles)
 TWO_PAIRS_MIN_SEGMENT_TILES = 32

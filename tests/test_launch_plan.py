@@ -48,7 +48,7 @@ def test_h200_default_plans():
 def test_h200_split_counts_of_the_readme_table():
     want = {"swa32k-r1": 34, "swa32k-r8": 12, "swa32k-r16": 12, "full2k-r1": 32, "full2k-r16": 8,
             "full8k-r1": 64, "full8k-r4": 32, "full32k-r1": 128, "full32k-r4": 32,
-            "full128k-r4": 33, "full128k-r8": 16, "full128k-r16": 8}
+            "full128k-r4": 33, "full128k-r8": 16, "full128k-r16": 24}
     got = {name: p["num_splits"] for (name, d), (_, p) in grid().items() if d == 64 and name in want}
     assert got == want
 
@@ -74,6 +74,20 @@ def test_without_the_two_pair_code():
         assert p["split_kernel"] == ("pingpong" if key[1] == 64 else "per_tile"), (key, p)
 
 
+def test_segments_capped_and_whole_waves_past_one():
+    """Past one wave (one segment a group overflows it) or where segments would be longer than
+    128 tiles: the count, from the least that caps segments, whose waves carry the fewest tiles
+    on the busiest SM. Measured on an H100 (tools/split_sweep.py): full 8k R=256 takes 3, a
+    ragged batch in a 128k table at least 16."""
+    cases = {("full8k", 256): 3, ("full2k", 256): 3, ("full128k", 16): 24, ("full128k", 32): 18,
+             ("full32k", 32): 4, ("full2k", 128): 1}
+    for (ctx, r), want in cases.items():
+        s = shapes(r, int(ctx[4:-1]) * 1024)
+        p = plan(s)
+        assert p["num_splits"] == want, (ctx, r, p)
+        assert -(-s.max_tiles // p["num_splits"]) <= 128
+
+
 def test_two_pairs_only_in_one_wave_by_default():
     seen = 0
     for sms in (132, 78, 114, 124):
@@ -87,8 +101,8 @@ def test_two_pairs_only_in_one_wave_by_default():
     # forced, past one wave too: full 128k R=4 (33 splits, 136 CTAs on 132 SMs)
     forced = grid(overrides="split_kernel=pingpong_two_pairs", names=["full128k-r4"])
     assert forced["full128k-r4", 64][1]["split_kernel"] == "pingpong_two_pairs"
-    # 124 SMs cut full 128k R=8 into 15 segments: 8 two-pair CTAs a group x 16 groups > 124
-    at124 = grid(dict(H200, multiprocessors=124), names=["full128k-r8"])["full128k-r8", 64][1]
+    # 124 SMs cut full 32k R=8 into 15 segments: 8 two-pair CTAs a group x 16 groups > 124
+    at124 = grid(dict(H200, multiprocessors=124), names=["full32k-r8"])["full32k-r8", 64][1]
     assert (at124["num_splits"], at124["split_kernel"]) == (15, "pingpong"), at124
 
 

@@ -338,6 +338,21 @@ inline int default_num_splits(const CallShape& s, const Device& d, const Tuning&
     const int64_t fewer = as_segments(std::min(two_per_sm, target));
     if (busiest_sm_tiles(fewer) <= busiest_sm_tiles(splits)) splits = fewer;
   }
+  // Past one wave: where one segment a group is already more split CTAs than a wave holds, or
+  // where segments would be longer than max_segment_tiles (a ragged batch's longest request would
+  // keep its few CTAs busy long after the rest), the count from the least that caps segments
+  // whose waves carry the fewest tiles on the busiest SM (the last wave's CTAs count whole).
+  if (d.vendor != Vendor::kCpu) {
+    const int64_t slots = std::max<int64_t>(1, (s.head_dim == 64 ? t.ctas_per_sm_d64 : t.ctas_per_sm_d128) * sms);
+    const int64_t least = std::max<int64_t>(1, (tiles + t.max_segment_tiles - 1) / t.max_segment_tiles);
+    if (cps > slots || splits < least) {
+      auto wave_tiles = [&](int64_t n) { return (n * cps + slots - 1) / slots * ((tiles + n - 1) / n); };
+      int64_t best = least;
+      for (int64_t n = least + 1; n <= 2 * least + 2 && n * min_tiles <= tiles; ++n)
+        if (wave_tiles(n) < wave_tiles(best)) best = n;
+      splits = as_segments(best);
+    }
+  }
   return static_cast<int>(std::min<int64_t>(splits, 1 << 30));
 }
 

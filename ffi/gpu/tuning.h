@@ -19,6 +19,7 @@ struct Tuning {
   int two_per_sm_tiles_hi;         // ... with the one-warpgroup split kernel
   int two_per_sm_tiles_hi_pingpong;   // ... where the ping-pong kernel can run
   int two_per_sm_tiles_hi_two_pairs;  // ... up to here where it runs as two pairs a CTA
+  int max_segment_tiles;           // segments this long at most (past it, more of them)
   int cpu_splits;                  // segments a group on the CPU handler
   // Split kernel.
   int pingpong_min_segment_tiles;  // the ping-pong kernel from segments this long (2 CTAs an SM)
@@ -45,6 +46,7 @@ inline constexpr Tuning kTuning = {
     /*two_per_sm_tiles_hi=*/32,
     /*two_per_sm_tiles_hi_pingpong=*/128,
     /*two_per_sm_tiles_hi_two_pairs=*/256,
+    /*max_segment_tiles=*/128,
     /*cpu_splits=*/8,
     /*pingpong_min_segment_tiles=*/16,
     /*two_pairs_min_segment_tiles=*/32,
