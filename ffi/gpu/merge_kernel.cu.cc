@@ -285,7 +285,9 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   const RequestGeometry g =
       request_geometry(raw_len, p.pages * kPageSize, count, p.window, p.num_splits);
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
-  const int nseg = row_ok ? g.num_segments : 0;
+  // Rows of tokens past the count: no segment read (their partials are whatever the split CTAs
+  // computed for rows no draft owns), so a zero row and lse -inf.
+  const int nseg = row_ok && (!kDrafts || row < count * p.qpk.divisor()) ? g.num_segments : 0;
   const int r = row_ok ? row : 0;
   // Where the row's partials are and where it goes: worked out before the wait.
   const uint16_t* const o_src = p.part_o + lay.o_offset(group, 0, r) + E * lane;

@@ -114,8 +114,7 @@ struct LaneMask {
 };
 // The warp's rows start at row0 of the group; a query row's token, without branches (rows past
 // the group's are clamped: their scores are never written). tokens: the request's where it is not
-// p.tokens (a ragged chain's count; rows past it see what they may, and are written as empty
-// partials).
+// p.tokens (a ragged chain's count; rows past it see what they may: the merge skips them).
 template <int D>
 __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
     const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0, int tokens = -1) {
@@ -145,9 +144,9 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
 }
 
 // A tree's mask of a lane's R rows (mask.h DraftRow): row rr sees context keys
-// [key_lo[rr], ctx) and the drafts of bits[rr] (draft j: key ctx + j). A row that is no live
-// draft (dead_rows) is masked as it may be: its partial is written empty whatever its scores,
-// so whole tiles need no mask for it.
+// [key_lo[rr], ctx) and the drafts of bits[rr] (draft j: key ctx + j). A row past the request's
+// count is masked as it may be: the merge never reads its partials, so whole tiles need no mask
+// for it.
 // The whole tiles are those of the deepest a depth can be (NQ - 1), worked out a tile at a time
 // from the geometry and the parameters: held in registers across the loop they spill the FP8
 // kernels.
@@ -200,20 +199,6 @@ __device__ __forceinline__ DraftLaneMask<WarpAttention<D>::kRowsPerLane> draft_l
     m.bits[rr] = d.draft_bits;
   }
   return m;
-}
-
-// Bit rr: the lane's row rr is no live draft (past the request's count, or its own slot is
-// negative): written as an empty partial (write_partials).
-template <int D>
-__device__ __forceinline__ unsigned dead_rows(const VerifyParams& p, const RequestGeometry& g,
-                                              int count, const WarpAttention<D>& w, int row0) {
-  unsigned dead = 0;
-#pragma unroll
-  for (int rr = 0; rr < WarpAttention<D>::kRowsPerLane; ++rr) {
-    const int t = min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk;
-    if (t >= count || g.ctx + t < 0) dead |= 1u << rr;
-  }
-  return dead;
 }
 
 // Masks a boundary tile's scores of the lane's row rr by its DraftRow (mask.h
@@ -325,12 +310,11 @@ __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w,
 // The segment's partial state of the warp's rows (partials.h): m and the row's l (the lanes'
 // st[rr].l summed over the row) by each row's leader lane, o as bf16 by every lane, in the order
 // of partial_o_order.h (NVIDIA: 16-byte stores, whole sectors a quad); rows past p.rows are not
-// written. The addresses once, the stores predicated (no branch a store). dead bit rr: row rr's
-// partial is written empty (m = -inf, l = 0, o = 0) whatever was computed for it.
+// written. The addresses once, the stores predicated (no branch a store).
 template <int D, int R>
 __device__ __forceinline__ void write_partials(const VerifyParams& p, const WarpAttention<D>& w,
                                                const SoftmaxState (&st)[R], int group, int seg,
-                                               int row0, unsigned dead = 0) {
+                                               int row0) {
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   bool row_ok[R];
   uint16_t* o_row[R];
@@ -348,9 +332,8 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
     for (int rr = 0; rr < R; ++rr) {
       if (!row_ok[rr]) continue;
       float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
-      const bool empty = ((dead >> rr) & 1u) != 0;
-      ml[0] = empty ? neg_inf() : st[rr].m;
-      ml[1] = empty ? 0.0f : l_row[rr];
+      ml[0] = st[rr].m;
+      ml[1] = l_row[rr];
     }
   }
   if constexpr (kPartialOTransposed) {
@@ -358,15 +341,13 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
     w.for_each_out_block([&](int rr, int d, const float (&x)[8]) {
       if (row_ok[rr])
         *reinterpret_cast<uint4*>(o_row[rr] + partial_o_swap(d)) =
-            ((dead >> rr) & 1u) != 0
-                ? make_uint4(0u, 0u, 0u, 0u)
-                : make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]),
-                             pack_bf16x2(x[4], x[5]), pack_bf16x2(x[6], x[7]));
+            make_uint4(pack_bf16x2(x[0], x[1]), pack_bf16x2(x[2], x[3]), pack_bf16x2(x[4], x[5]),
+                       pack_bf16x2(x[6], x[7]));
     });
   } else {
     w.for_each_out2([&](int rr, int d, float a, float b) {
       if (row_ok[rr])
-        *reinterpret_cast<uint32_t*>(o_row[rr] + d) = ((dead >> rr) & 1u) != 0 ? 0u : pack_bf16x2(a, b);
+        *reinterpret_cast<uint32_t*>(o_row[rr] + d) = pack_bf16x2(a, b);
     });
   }
 }
@@ -401,9 +382,9 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 // copies in the prologue too, so every copy is issued before the first wait.
 // kFp8: the cache is FP8 (kv_tile.h: each tile dequantized into bf16, then as for bf16).
 // kDrafts: the drafts target's kind (mask.h; p.draft_kind is the same): the request's count of
-// drafts sets its geometry, and rows past them are neither read nor written but as empty
-// partials. A ragged chain is a chain of `count` tokens and takes the chain's mask; a tree's rows
-// are masked by their DraftRow.
+// drafts sets its geometry; Q rows past it are not read, and their partials not by the merge. A
+// ragged chain is a chain of `count` tokens and takes the chain's mask; a tree's rows are masked
+// by their DraftRow.
 template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false,
           DraftKind kDrafts = DraftKind::kChain>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
@@ -570,9 +551,6 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   SoftmaxState st[R];
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) st[rr] = SoftmaxState::empty();
-  // The lane's rows that are no live draft, written as empty partials (one register, not the
-  // count and the rows' indices, across the loop).
-  [[maybe_unused]] const unsigned dead = kCounted ? dead_rows(p, g, count, w, row0) : 0u;
 
   bool paired = false;  // a two-tile segment taken as one step
   if constexpr (kTwoTile && Warp::kWarpgroupMma && kStages >= 3) {
@@ -638,10 +616,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
   copy_wait<0>();
 
-  if constexpr (kCounted)
-    write_partials(p, w, st, c.group, c.seg, row0, dead);
-  else
-    write_partials(p, w, st, c.group, c.seg, row0);
+  write_partials(p, w, st, c.group, c.seg, row0);
 }
 
 // Raises a kernel's dynamic shared-memory limit once a device (the attribute is per device;
