@@ -126,7 +126,8 @@ gpuError_t launch_split_drafts(const VerifyParams& p, SplitKernel kernel, gpuStr
 // The split kernel of a call: the drafts kernel where drafts are ragged or a tree, else the plan's
 // (a chain asking for its lse runs the chain's kernels; the merge writes the lse).
 inline gpuError_t launch_split_for(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
-  return p.draft_kind != 0 ? launch_split_drafts(p, kernel, stream) : launch_split(p, kernel, stream);
+  return p.draft_kind != 0 ? launch_split_drafts(p, kernel, stream)
+                           : launch_split(p, kernel, stream);
 }
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when

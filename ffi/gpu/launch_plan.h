@@ -100,7 +100,7 @@ struct Device {
 struct CallShape {
   int head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window;  // window 0: full
   bool kv_fp8 = false;  // an FP8 cache (its split kernel is per_tile)
-  bool drafts = false;  // ragged drafts or a tree (per_tile or two_tile); lse alone keeps the chain's plan
+  bool drafts = false;  // ragged drafts or a tree (per_tile, two_tile); lse alone: the chain's plan
   int64_t rows() const { return int64_t{tokens} * (num_q_heads / num_kv_heads); }
   int64_t groups() const { return int64_t{num_requests} * num_kv_heads; }
   int64_t row_blocks() const { return (rows() + kMaxRows - 1) / kMaxRows; }
@@ -279,10 +279,9 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     const int64_t merge_ctas = (s.rows() + per_cta - 1) / per_cta * s.groups();
     const bool merge_fits =
         !p.merge_pdl || ctas + merge_ctas <= int64_t{t.fill_ring_max_ctas_per_sm} * sms;
-    p.split_kernel = sm90 && s.head_dim == 64 && !s.drafts && tiles == split_stages(Vendor::kNvidia, 64) &&
-                             merge_fits
-                         ? SplitKernel::kFillRing
-                         : SplitKernel::kPerTile;
+    const bool ring = sm90 && s.head_dim == 64 && !s.drafts && merge_fits &&
+                      tiles == split_stages(Vendor::kNvidia, 64);
+    p.split_kernel = ring ? SplitKernel::kFillRing : SplitKernel::kPerTile;
   }
   return p;
 }
@@ -292,13 +291,13 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
 // segments once the merge would cost more than they save. CPU: a fixed count.
 inline int default_num_splits(const CallShape& s, const Device& d, const Tuning& t) {
   const int64_t tiles = s.max_tiles();
-  int64_t min_tiles = t.min_tiles_per_segment, target, cps = 0, sms = 0, two_per_sm = 0;
+  int64_t min_tiles = t.min_tiles_per_segment, target, cps = 0, sms = 0, per_sm = 0, two_per_sm = 0;
   if (d.vendor == Vendor::kCpu) {
     target = t.cpu_splits;
   } else {
     cps = s.groups() * s.row_blocks();  // split CTAs a segment of every group
     sms = d.multiprocessors;
-    const int64_t per_sm = s.head_dim == 64 ? t.ctas_per_sm_d64 : t.ctas_per_sm_d128;
+    per_sm = s.head_dim == 64 ? t.ctas_per_sm_d64 : t.ctas_per_sm_d128;
     // One wave: rounding down keeps every CTA resident at once.
     const int64_t one_per_sm = sms / cps;
     int64_t full = per_sm * sms / cps;
@@ -343,10 +342,13 @@ inline int default_num_splits(const CallShape& s, const Device& d, const Tuning&
   // keep its few CTAs busy long after the rest), the count from the least that caps segments
   // whose waves carry the fewest tiles on the busiest SM (the last wave's CTAs count whole).
   if (d.vendor != Vendor::kCpu) {
-    const int64_t slots = std::max<int64_t>(1, (s.head_dim == 64 ? t.ctas_per_sm_d64 : t.ctas_per_sm_d128) * sms);
-    const int64_t least = std::max<int64_t>(1, (tiles + t.max_segment_tiles - 1) / t.max_segment_tiles);
+    const int64_t slots = std::max<int64_t>(1, per_sm * sms);
+    const int64_t least =
+        std::max<int64_t>(1, (tiles + t.max_segment_tiles - 1) / t.max_segment_tiles);
     if (cps > slots || splits < least) {
-      auto wave_tiles = [&](int64_t n) { return (n * cps + slots - 1) / slots * ((tiles + n - 1) / n); };
+      auto wave_tiles = [&](int64_t n) {
+        return (n * cps + slots - 1) / slots * ((tiles + n - 1) / n);
+      };
       int64_t best = least;
       for (int64_t n = least + 1; n <= 2 * least + 2 && n * min_tiles <= tiles; ++n)
         if (wave_tiles(n) < wave_tiles(best)) best = n;

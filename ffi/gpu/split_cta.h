@@ -117,7 +117,8 @@ struct LaneMask {
 // p.tokens (a ragged chain's count; rows past it see what they may: the merge skips them).
 template <int D>
 __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
-    const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0, int tokens = -1) {
+    const VerifyParams& p, const RequestGeometry& g, const WarpAttention<D>& w, int row0,
+    int tokens = -1) {
   constexpr int R = WarpAttention<D>::kRowsPerLane;
   LaneMask<R> m;
 #pragma unroll

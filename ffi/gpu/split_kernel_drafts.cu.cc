@@ -19,7 +19,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_draft
 // A two-tile segment as one 128-key step (bf16, D = 64), where the plan takes it for the chain.
 // The 3-an-SM bound's registers: under the chain's two-tile cap a tree's mask spills.
 template <int D, DraftKind K>
-__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_drafts_two_tile(VerifyParams p) {
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>)
+    split_kernel_drafts_two_tile(VerifyParams p) {
   static_assert(D == 64, "as split_kernel_two_tile");
   run_split_cta<D, true, false, false, K>(p);
 }
