@@ -49,9 +49,9 @@ inline constexpr AmdTarget kAmdTargets[] = {
      /*lds_granule=*/1280,        // 320 dwords (COMPUTE_PGM_RSRC2.LDS_SIZE, GFX950)
      /*vgprs_per_simd=*/512, /*vgpr_granule=*/8, /*max_waves_per_simd=*/8, /*simds_per_cu=*/4,
      /*split_vgprs_d64=*/112,     // two-tile tree 110 -> 112, no AGPRs
-     /*split_vgprs_d128=*/176,    // FP8 170 -> 176
+     /*split_vgprs_d128=*/168,    // split_kernel<128> 166, the FP8 tree 163 -> 168
      /*split_ctas_per_cu_d64=*/2,   // LDS: 56 KiB (57600 allocated), two fit 160 KiB (VGPRs: 4)
-     /*split_ctas_per_cu_d128=*/2}, // VGPRs: 176 leave two waves a SIMD (LDS: 3)
+     /*split_ctas_per_cu_d128=*/3}, // VGPRs: 168 leave three waves a SIMD; LDS: 3 too
 };
 inline constexpr int kNumAmdTargets = sizeof(kAmdTargets) / sizeof(kAmdTargets[0]);
 

@@ -497,6 +497,58 @@ __device__ __forceinline__ void stage_fp8_tile_direct(const KvTile<D>& dst, cons
   }
 }
 
+#if defined(MUSE_ATTN_HIP)
+// AMD: the direct form in two steps, as TileRegs for bf16: a tile's FP8 bytes and scales loaded
+// into registers a tile ahead (load_fp8_tile_regs, in flight during the previous tile's math),
+// dequantized and written to the bf16 tile after it (store_fp8_tile_regs). A thread's chunks:
+// 4 VGPRs and a scale each (2 chunks at D = 64). The bytes by buffer loads over their page (an
+// absent chunk's offset out of range: zeros, no read); a scale only where its key is present.
+template <int D, int kThreads>
+struct Fp8TileRegs {
+  static constexpr int kChunks = Fp8Chunks<D, kThreads>::kPerThread;
+  amd::u32x4 bytes[kChunks];
+  float scale[kChunks];
+  unsigned present;  // bit j: chunk j's key is present
+};
+
+template <int D, int kThreads, amd::CachePolicy kPolicy>
+__device__ __forceinline__ void load_fp8_tile_regs(Fp8TileRegs<D, kThreads>& regs,
+                                                   const KvSource<D, 1>& src, const Fp8Scales& sc,
+                                                   const RequestGeometry& g, int tile,
+                                                   const TilePages& pages, int tid, uint64_t unread) {
+  using C = Fp8Chunks<D, kThreads>;
+  const TileKeys keys = tile_keys(g, tile, pages.present_mask(), unread);
+  regs.present = 0;
+#pragma unroll
+  for (int j = 0; j < C::kPerThread; ++j) {
+    const int key = C::key(tid, j), part = C::part(tid, j);
+    const bool v = part >= D / 16, present = keys.present(key);
+    const int32_t block = block_of_page(pages, key / kPageSize);
+    const int offset = (key % kPageSize) * 2 * D + 16 * part;
+    regs.bytes[j] = amd::buffer_load16<kPolicy>(
+        src.page_bytes(block < 0 ? 0 : block, src.head_base), KvSource<D, 1>::kPageBytes,
+        present ? static_cast<uint32_t>(offset) : amd::kOutOfRange);
+    regs.scale[j] = present ? *sc.at(v, block, key % kPageSize) : 0.0f;
+    regs.present |= static_cast<unsigned>(present) << j;
+  }
+}
+
+template <int D, int kThreads>
+__device__ __forceinline__ void store_fp8_tile_regs(const KvTile<D>& dst,
+                                                    const Fp8TileRegs<D, kThreads>& regs, bool fnuz,
+                                                    int tid) {
+  using C = Fp8Chunks<D, kThreads>;
+#pragma unroll
+  for (int j = 0; j < C::kPerThread; ++j) {
+    const int key = C::key(tid, j), part = C::part(tid, j);
+    const uint32_t in[4] = {regs.bytes[j][0], regs.bytes[j][1], regs.bytes[j][2], regs.bytes[j][3]};
+    uint32_t out[8];
+    fp8x16_to_bf16(in, regs.scale[j], fnuz, ((regs.present >> j) & 1u) != 0, out);
+    write_bf16_chunk(dst, key, part >= D / 16, 16 * (part % (D / 16)), out);
+  }
+}
+#endif
+
 }  // namespace muse_attn::gpu
 
 #endif  // MUSE_ATTN_GPU_KV_TILE_H_

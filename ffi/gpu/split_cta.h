@@ -467,12 +467,12 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       return 0u;
     }
   };
-  // AMD, bf16 cache: the loop's refills go through registers, loaded a tile ahead (kv_tile.h
-  // TileRegs): tile t + kStages - 1 lands in registers during tile t's math. `regs_present`: its
-  // pages' present_mask(), moved into `present` with the tile.
+  // AMD: the loop's refills go through registers, loaded a tile ahead (kv_tile.h TileRegs, and
+  // Fp8TileRegs for the direct FP8 form): tile t + kStages - 1 lands in registers during tile t's
+  // math. `regs_present`: its pages' present_mask(), moved into `present` with the tile.
 #if defined(MUSE_ATTN_HIP)
-  constexpr bool kRegPrefetch = !kFp8;
-  TileRegs<D, kThreads> regs;
+  constexpr bool kRegPrefetch = !kStagedFp8;
+  std::conditional_t<kFp8, Fp8TileRegs<D, kThreads>, TileRegs<D, kThreads>> regs;
   unsigned regs_present = 0;
 #else
   constexpr bool kRegPrefetch = false;
@@ -481,8 +481,11 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
       const TilePages pages = resolve(src, entries);
-      load_tile_regs<D, kThreads, !kTwoTile, amd::CachePolicy::kNonTemporal>(regs, src, g, tile, pages,
-                                                                             tid, unread_keys(tile));
+      constexpr auto kPolicy = amd::CachePolicy::kNonTemporal;
+      if constexpr (kFp8)
+        load_fp8_tile_regs<D, kThreads, kPolicy>(regs, src, scales(), g, tile, pages, tid, unread_keys(tile));
+      else
+        load_tile_regs<D, kThreads, !kTwoTile, kPolicy>(regs, src, g, tile, pages, tid, unread_keys(tile));
       regs_present = pages.present_mask();
     }
 #endif
@@ -490,7 +493,10 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   auto store_regs = [&](int slot) {
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
-      store_tile_regs<D, kThreads>(tile_at(slot), regs, src, g, tid);
+      if constexpr (kFp8)
+        store_fp8_tile_regs<D, kThreads>(tile_at(slot), regs, scales().fnuz, tid);
+      else
+        store_tile_regs<D, kThreads>(tile_at(slot), regs, src, g, tid);
       present = (present & ~(0xFu << (4 * slot))) | (regs_present << (4 * slot));
     }
 #endif
