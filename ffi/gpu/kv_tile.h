@@ -281,8 +281,9 @@ __device__ __forceinline__ void store_tile_regs(const KvTile<D>& dst, const Tile
 //   staged (NVIDIA: the copies are asynchronous): the FP8 bytes and per-token scales are copied
 //     into an Fp8Stage (stage_fp8_tile), and once they have landed convert_fp8_tile writes the
 //     bf16 tile;
-//   direct (AMD: the copies go through registers anyway): stage_fp8_tile_direct loads, converts
-//     and writes the bf16 tile in one step, no FP8 stage.
+//   direct (AMD: the copies go through registers anyway): the FP8 bytes and scales loaded into
+//     registers (load_fp8_tile_regs), then converted into the bf16 tile (store_fp8_tile_regs),
+//     no FP8 stage; stage_fp8_tile_direct does both at once.
 // Either way a key that is not present (its page names no block, or it lies outside [key_lo,
 // seq_len)) becomes zeros, its bytes and its scale unread, as for a bf16 cache.
 
@@ -469,34 +470,6 @@ __device__ __forceinline__ void convert_fp8_tile(const KvTile<D>& dst, const Fp8
   });
 }
 
-// Direct form: tile `tile`'s FP8 bytes loaded, dequantized and written into the bf16 tile `dst`
-// in one step (synchronous copies).
-template <int D, int kThreads>
-__device__ __forceinline__ void stage_fp8_tile_direct(const KvTile<D>& dst, const KvSource<D, 1>& src,
-                                                      const Fp8Scales& sc, const RequestGeometry& g,
-                                                      int tile, const TilePages& pages, int tid,
-                                                      uint64_t unread = 0) {
-  using C = Fp8Chunks<D, kThreads>;
-  const TileKeys keys = tile_keys(g, tile, pages.present_mask(), unread);
-#pragma unroll
-  for (int j = 0; j < C::kPerThread; ++j) {
-    const int key = C::key(tid, j), part = C::part(tid, j);
-    const bool v = part >= D / 16, present = keys.present(key);
-    const int32_t block = block_of_page(pages, key / kPageSize);
-    uint4 bytes = make_uint4(0u, 0u, 0u, 0u);
-    float s = 0.0f;
-    if (present) {
-      const char* slot = src.page_bytes(block, src.head_base) + (key % kPageSize) * 2 * D;
-      bytes = *reinterpret_cast<const uint4*>(slot + 16 * part);
-      s = *sc.at(v, block, key % kPageSize);
-    }
-    const uint32_t in[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-    uint32_t out[8];
-    fp8x16_to_bf16(in, s, sc.fnuz, present, out);
-    write_bf16_chunk(dst, key, v, 16 * (part % (D / 16)), out);
-  }
-}
-
 #if defined(MUSE_ATTN_HIP)
 // AMD: the direct form in two steps, as TileRegs for bf16: a tile's FP8 bytes and scales loaded
 // into registers a tile ahead (load_fp8_tile_regs, in flight during the previous tile's math),
@@ -546,6 +519,19 @@ __device__ __forceinline__ void store_fp8_tile_regs(const KvTile<D>& dst,
     fp8x16_to_bf16(in, regs.scale[j], fnuz, ((regs.present >> j) & 1u) != 0, out);
     write_bf16_chunk(dst, key, part >= D / 16, 16 * (part % (D / 16)), out);
   }
+}
+
+// Direct form: tile `tile`'s FP8 bytes loaded, dequantized and written into the bf16 tile `dst`
+// in one step (the prologue's stages; the loop's refills take the two steps a tile apart).
+template <int D, int kThreads>
+__device__ __forceinline__ void stage_fp8_tile_direct(const KvTile<D>& dst, const KvSource<D, 1>& src,
+                                                      const Fp8Scales& sc, const RequestGeometry& g,
+                                                      int tile, const TilePages& pages, int tid,
+                                                      uint64_t unread = 0) {
+  Fp8TileRegs<D, kThreads> regs;
+  load_fp8_tile_regs<D, kThreads, amd::CachePolicy::kNonTemporal>(regs, src, sc, g, tile, pages, tid,
+                                                                  unread);
+  store_fp8_tile_regs<D, kThreads>(dst, regs, sc.fnuz, tid);
 }
 #endif
 

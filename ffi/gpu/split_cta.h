@@ -508,8 +508,10 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       stage_tile<D, kThreads, !kTwoTile>(tile_at(slot), src, g, tile, pages, tid, unread);
     else if constexpr (kStagedFp8)
       stage_fp8_tile<D, kThreads>(fp8_at(slot), src, scales(), g, tile, pages, tid, unread);
+#if defined(MUSE_ATTN_HIP)  // the direct form (kv_tile.h); NVIDIA stages FP8
     else
       stage_fp8_tile_direct<D, kThreads>(tile_at(slot), src, scales(), g, tile, pages, tid, unread);
+#endif
     present = (present & ~(0xFu << (4 * slot))) | (pages.present_mask() << (4 * slot));
   };
 
