@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import h200_plans
-from jax_muse_attn import _ffi
+from jax_muse_attn import _ffi, _validate
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
 import amd_model as am  # noqa: E402
@@ -81,7 +81,10 @@ def test_split_ctas_fit_one_wave_of_the_targets_cus(name):
         cps = R * hkv * -(-8 * (hq // hkv) // 64)
         per_cu = row[f"split_ctas_per_cu_d{D}"]
         assert p["split_kernel"] == "per_tile" and not p["merge_pdl"], p
-        tiles = -(-keys // 64) if not window else min(-(-keys // 64), -(-(window + 7) // 64) + 1)
+        pages = -(-keys // 16)
+        tiles = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=hq, num_kv_heads=hkv,
+                                 head_dim=D, num_blocks=R * pages, pages=pages, window=window,
+                                 q_rank=3).max_tiles
         least = -(-tiles // 128)
         assert (p["num_splits"] * cps <= max(per_cu * row["cus"], cps)
                 or least <= p["num_splits"] <= 2 * least + 2), (D, hq, hkv, R, keys, p)
