@@ -52,10 +52,16 @@ def main(argv=None) -> int:
         q, kv, bt, sl = bench.jax_inputs(cfg)
         copy_us = None
 
+        # The operands beside the chain's that the bench passes: an FP8 cache's scales, a drafts
+        # call's counts or tree.
+        extra = dict(k_scale=jnp.float32(bench.KV_SCALE), v_scale=jnp.float32(bench.KV_SCALE)) if cfg.fp8 else {}
+        extra.update({k: v if isinstance(v, bool) else jnp.asarray(v) for k, v in cfg.draft_kwargs().items()})
+        first = (lambda r: r[0]) if cfg.call == "lse" else (lambda r: r)
+
         def call(num_splits):
             def f(x, kv, bt, sl):
-                return jax_muse_attn.verify_attention(x, kv, bt, sl, scale=bench.SCALE, window=cfg.window,
-                                                      backend="ffi", num_splits=num_splits or None)
+                return first(jax_muse_attn.verify_attention(x, kv, bt, sl, scale=bench.SCALE, window=cfg.window,
+                                                            backend="ffi", num_splits=num_splits or None, **extra))
             return f
 
         base = np.asarray(jax.jit(call(None))(q, kv, bt, sl)).astype(np.float32)
@@ -63,7 +69,7 @@ def main(argv=None) -> int:
             os.environ["MUSE_ATTN_LAUNCH"] = launch  # read when a call is traced
             for n_splits in [None] + splits:
                 plan = jax_muse_attn.launch_plan(q, kv, bt, window=cfg.window, tokens_per_request=bench.NQ,
-                                                 num_splits=n_splits)
+                                                 num_splits=n_splits, drafts=cfg.call in ("drafts", "tree"))
                 step = call(n_splits)
                 out = np.asarray(jax.jit(step)(q, kv, bt, sl)).astype(np.float32)
                 err = float(np.max(np.abs(out - base)))
