@@ -117,19 +117,33 @@ def test_forced_split_kernels_where_they_run(kernel):
         assert p["split_kernel"] == want and not p["merge_pdl"], (name, d, p)
 
 
+PINGPONG_KERNELS = ("pingpong", "pingpong_two_pairs")
+
+
 @pytest.mark.parametrize("kernel", ("",) + _ffi.SPLIT_KERNELS)
-def test_an_fp8_cache_runs_per_tile(kernel):
-    """The FP8 split kernel is per_tile only: whatever the grid point or a forced kernel, the plan
-    says per_tile, and its split count is the bf16 plan's where that one is per_tile too."""
+def test_an_fp8_cache_runs_per_tile_or_pingpong(kernel):
+    """An FP8 cache has per_tile and the ping-pong kernels (D = 64): at the bf16 plan's split count,
+    the bf16 plan's ping-pong kernel where it has one, ping-pong too wherever segments reach
+    pingpong_min_segment_tiles whatever the CTA count (its math, not its bytes, rules), else
+    per_tile; a forced kernel it lacks gives per_tile."""
     overrides = f"split_kernel={kernel}" if kernel else ""
     for name in h200_plans.GRID:
         keys, R, window = h200_plans.parse(name)
         for d in (64, 128):
-            p8 = plan(shapes(R, keys, window, D=d, kv_dtype="float8_e4m3fn"), H200, overrides)
-            assert p8["split_kernel"] == "per_tile", (name, d, p8)
-            p16 = plan(shapes(R, keys, window, D=d), H200)
-            if p16["split_kernel"] == "per_tile" and not kernel:
-                assert p8 == p16, (name, d, p8, p16)
+            s8 = shapes(R, keys, window, D=d, kv_dtype="float8_e4m3fn")
+            p8, p16 = plan(s8, H200, overrides), plan(shapes(R, keys, window, D=d), H200, overrides)
+            assert p8["num_splits"] == p16["num_splits"], (name, d, p8, p16)
+            if kernel:
+                want = kernel if d == 64 and kernel in PINGPONG_KERNELS else "per_tile"
+            elif p16["split_kernel"] in PINGPONG_KERNELS:
+                want = p16["split_kernel"]
+            else:
+                tiles = -(-s8.max_tiles // p8["num_splits"])  # a segment's most
+                two_pairs = tiles >= h200_plans.TWO_PAIRS_MIN_SEGMENT_TILES and \
+                    -(-p8["num_splits"] // 2) * R * HKV <= h200_plans.SMS
+                want = ("per_tile" if d != 64 or tiles < 16 else
+                        "pingpong_two_pairs" if two_pairs else "pingpong")
+            assert p8["split_kernel"] == want, (name, d, p8, p16)
 
 
 @pytest.mark.parametrize("overrides, field, want", [

@@ -40,10 +40,10 @@ def tree(R, nq=8):
 
 
 def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2, d=64, fp8=None,
-         drafts=False):
+         drafts=False, launch="", num_splits=None):
     """fp8: None (bf16), or (format, "tensor" | "token") for an FP8 cache with those scales.
     drafts: ragged counts and a token tree (tree()), lse returned; q rows past a count and the
-    K/V slot of a draft no row sees are NaN."""
+    K/V slot of a draft no row sees are NaN. launch: a MUSE_ATTN_LAUNCH override for the call."""
     blocks = R * pages + 5
     kv = rng.standard_normal((blocks, hkv, 16, 2 * d)).astype(np.float32)
     table = rng.permutation(blocks)[: R * pages].reshape(R, pages).astype(np.int32)
@@ -92,7 +92,9 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
             ks, vs = jnp.asarray(ks), jnp.asarray(vs)
         kw.update(k_scale=ks, v_scale=vs)
     args = (jnp.asarray(q, jnp.bfloat16), cache, jnp.asarray(table), jnp.asarray(lens))
-    got = jma.verify_attention(*args, backend="ffi", **kw)
+    os.environ["MUSE_ATTN_LAUNCH"] = launch  # read when the call is traced
+    got = jma.verify_attention(*args, backend="ffi", num_splits=num_splits, **kw)
+    os.environ["MUSE_ATTN_LAUNCH"] = ""
     want = jma.reference.verify_attention(*args, **kw)
     if not drafts:
         got, want = [got], [want]
@@ -102,17 +104,19 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
         with np.errstate(invalid="ignore"):
             ok &= bool(np.all((g == w) | (np.abs(g - w) <= 1e-2 + 2e-2 * np.abs(w))))
     print(f"R={R} lens={list(lens)[:4]} window={window} num_reqs={num_reqs} bad_ids={bad_ids} fp8={fp8} "
-          f"drafts={drafts}: "
+          f"drafts={drafts} launch={launch!r} splits={num_splits}: "
           f"{'ok' if ok else 'MISMATCH'}", flush=True)
     return ok
 
 
 ok = True
-if os.environ.get("SANITIZE_QUICK"):  # a short set for slow tools: full + poison, SWA, padding + bad ids, R = 16
+if os.environ.get("SANITIZE_QUICK"):  # a short set for slow tools: one case of each kind
     ok &= case(2, [700, 130], 48, bad_ids=True)
     ok &= case(16, list(rng.integers(0, 600, 16)), 40, window=128, num_reqs=11)
     ok &= case(3, [900, 40, 2100], 140, window=256, num_reqs=2, fp8=("float8_e4m3fn", "token"))
     ok &= case(6, [900, 40, 2100, 7, 0, 300], 140, window=256, num_reqs=5, drafts=True)
+    ok &= case(3, [2100, 99999, 700], 160, bad_ids=True, fp8=("float8_e4m3fnuz", "tensor"),
+               launch="split_kernel=pingpong_two_pairs", num_splits=3)
     print("ALL OK" if ok else "FAILURES")
     sys.exit(0 if ok else 1)
 ok &= case(1, [700], 48)
@@ -125,6 +129,11 @@ ok &= case(2, [700, 130], 48, bad_ids=True, fp8=("float8_e4m3fn", "tensor"))
 ok &= case(4, [0, 5, 1300, 4000], 256, window=2048, num_reqs=3, fp8=("float8_e4m3fn", "token"))
 ok &= case(3, [1000, 99999, -5], 64, bad_ids=True, fp8=("float8_e4m3fnuz", "token"))
 ok &= case(2, [513, 1500], 96, hq=8, hkv=1, d=128, fp8=("float8_e4m3fnuz", "tensor"))
+# The FP8 ping-pong kernels (one pair, two pairs a CTA): odd tile counts a team, the hand-over.
+ok &= case(4, [0, 5, 1300, 4000], 256, window=2048, num_reqs=3, bad_ids=True, fp8=("float8_e4m3fn", "token"),
+           launch="split_kernel=pingpong", num_splits=2)
+ok &= case(3, [2100, 99999, 700], 160, bad_ids=True, fp8=("float8_e4m3fnuz", "tensor"),
+           launch="split_kernel=pingpong_two_pairs", num_splits=3)
 ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, drafts=True)
 ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, window=5, num_reqs=5, bad_ids=True, drafts=True)
 ok &= case(6, [2000, 130, 64, 999, 17, 600], 128, window=300, drafts=True, fp8=("float8_e4m3fn", "token"))

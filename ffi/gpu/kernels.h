@@ -118,8 +118,8 @@ inline dim3 split_grid_two_pairs(const VerifyParams& p) {
 
 // Split: every CTA finds its tiles from seq_lens and exits when it has none.
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
-// The split kernel of an FP8 cache (kv_format != bf16; per_tile whatever the plan says).
-gpuError_t launch_split_fp8(const VerifyParams& p, gpuStream_t stream);
+// The split kernel of an FP8 cache (kv_format != bf16): the plan's ping-pong kernels, else per_tile.
+gpuError_t launch_split_fp8(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of the drafts target (ragged drafts, trees; bf16 or FP8 cache): two_tile where
 // the plan says so over a bf16 cache at D = 64, else per_tile.
 gpuError_t launch_split_drafts(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);

@@ -99,7 +99,7 @@ struct Device {
 // The static sizes of a call (one device's shard under tensor parallelism).
 struct CallShape {
   int head_dim, tokens, num_q_heads, num_kv_heads, num_requests, pages, window;  // window 0: full
-  bool kv_fp8 = false;  // an FP8 cache (its split kernel is per_tile)
+  bool kv_fp8 = false;  // an FP8 cache (per_tile and the ping-pong kernels)
   bool drafts = false;  // ragged drafts or a tree (per_tile, two_tile); lse alone: the chain's plan
   int64_t rows() const { return int64_t{tokens} * (num_q_heads / num_kv_heads); }
   int64_t groups() const { return int64_t{num_requests} * num_kv_heads; }
@@ -221,8 +221,7 @@ inline int merge_warps_for(const Tuning& t, int num_splits, int64_t groups, int6
 
 // Whether the ping-pong kernel may run at all (the split count reasons with its bounds there).
 inline bool pingpong_capable(const CallShape& s, const Device& d) {
-  return d.vendor == Vendor::kNvidia && s.head_dim == 64 && d.compute_major == 9 && !s.kv_fp8 &&
-         !s.drafts;
+  return d.vendor == Vendor::kNvidia && s.head_dim == 64 && d.compute_major == 9 && !s.drafts;
 }
 
 // The plan at a given split count; o may force parts of it.
@@ -245,12 +244,18 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
       forced = static_cast<int>(SplitKernel::kPingpong);
     if (!runs) forced = -1;
   }
-  if (s.kv_fp8) forced = static_cast<int>(SplitKernel::kPerTile);  // its only variant
+  const auto forced_pingpong = [&] {
+    return forced == int(SplitKernel::kPingpong) || forced == int(SplitKernel::kPingpongTwoPairs);
+  };
+  if (s.kv_fp8 && forced >= 0 && !forced_pingpong())
+    forced = static_cast<int>(SplitKernel::kPerTile);  // an FP8 cache's other variant
   if (s.drafts && forced >= 0 && forced != static_cast<int>(SplitKernel::kTwoTile))
     forced = static_cast<int>(SplitKernel::kPerTile);  // the drafts target's other variant
-  const bool pingpong =
-      forced >= 0 ? (forced == int(SplitKernel::kPingpong) || forced == int(SplitKernel::kPingpongTwoPairs))
-                  : pingpong_capable(s, d) && few_ctas && tiles >= t.pingpong_min_segment_tiles;
+  // An FP8 cache's tiles cost more math than bytes (their dequantization): its ping-pong kernels,
+  // which run one team's math under the other's, take long segments at any CTA count.
+  const bool pingpong = forced >= 0 ? forced_pingpong()
+                                    : pingpong_capable(s, d) && (few_ctas || s.kv_fp8) &&
+                                          tiles >= t.pingpong_min_segment_tiles;
 
   p.merge_warps = o.merge_warps > 0
                       ? o.merge_warps
@@ -269,7 +274,7 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     p.split_kernel = d.has_two_pairs && tiles >= t.two_pairs_min_segment_tiles && two_pair_ctas <= sms
                          ? SplitKernel::kPingpongTwoPairs
                          : SplitKernel::kPingpong;
-  } else if (sm90 && s.head_dim == 64 && sms > 0 && tiles <= 2 &&
+  } else if (sm90 && s.head_dim == 64 && !s.kv_fp8 && sms > 0 && tiles <= 2 &&
              (2 * ctas <= int64_t{t.two_tile_max_ctas_per_sm_x2} * sms ||
               (p.merge_pdl && ctas <= int64_t{t.two_tile_max_ctas_per_sm_pdl} * sms))) {
     p.split_kernel = SplitKernel::kTwoTile;
@@ -279,7 +284,7 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     const int64_t merge_ctas = (s.rows() + per_cta - 1) / per_cta * s.groups();
     const bool merge_fits =
         !p.merge_pdl || ctas + merge_ctas <= int64_t{t.fill_ring_max_ctas_per_sm} * sms;
-    const bool ring = sm90 && s.head_dim == 64 && !s.drafts && merge_fits &&
+    const bool ring = sm90 && s.head_dim == 64 && !s.drafts && !s.kv_fp8 && merge_fits &&
                       tiles == split_stages(Vendor::kNvidia, 64);
     p.split_kernel = ring ? SplitKernel::kFillRing : SplitKernel::kPerTile;
   }
