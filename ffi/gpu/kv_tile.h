@@ -420,12 +420,27 @@ __device__ __forceinline__ void stage_fp8_tile(const Fp8Stage<D>& dst, const KvS
                                                uint64_t unread = 0) {
   using C = Fp8Chunks<D, kThreads>;
   const TileKeys keys = tile_keys(g, tile, pages.present_mask(), unread);
+  constexpr int kKeyStep = kThreads / C::kChunksPerKey;
+  if constexpr (D == 64 && kKeyStep == kPageSize) {
+    // A thread's chunks are one column part of keys key0 + j * kKeyStep (key0 < kKeyStep, a
+    // page): chunk j lies in page j, at a fixed step in the stage.
+    const unsigned t = static_cast<unsigned>(tid);
+    const int key0 = static_cast<int>(t / C::kChunksPerKey), part = static_cast<int>(t % C::kChunksPerKey);
+    char* const row0 = dst.row(key0) + 16 * part;
+#pragma unroll
+    for (int j = 0; j < C::kPerThread; ++j) {
+      const int32_t block = pages.block[j];
+      const char* slot = src.page_bytes(block < 0 ? 0 : block, src.head_base) + key0 * 2 * D;
+      copy16(row0 + j * kKeyStep * Fp8Stage<D>::kRowBytes, slot + 16 * part, keys.present(key0 + j * kKeyStep));
+    }
+  } else {
 #pragma unroll 1  // the math's registers are live across the staging
-  for (int j = 0; j < C::kPerThread; ++j) {
-    const int key = C::key(tid, j), part = C::part(tid, j);
-    const int32_t block = block_of_page(pages, key / kPageSize);
-    const char* slot = src.page_bytes(block < 0 ? 0 : block, src.head_base) + (key % kPageSize) * 2 * D;
-    copy16(dst.row(key) + 16 * part, slot + 16 * part, keys.present(key));
+    for (int j = 0; j < C::kPerThread; ++j) {
+      const int key = C::key(tid, j), part = C::part(tid, j);
+      const int32_t block = block_of_page(pages, key / kPageSize);
+      const char* slot = src.page_bytes(block < 0 ? 0 : block, src.head_base) + (key % kPageSize) * 2 * D;
+      copy16(dst.row(key) + 16 * part, slot + 16 * part, keys.present(key));
+    }
   }
   static_assert(kThreads >= 2 * kTileKeys, "a scale a thread");
   if (tid < 2 * kTileKeys) {
@@ -437,23 +452,33 @@ __device__ __forceinline__ void stage_fp8_tile(const Fp8Stage<D>& dst, const KvS
 }
 
 // Staged form: the landed FP8 tile `raw` dequantized into the bf16 tile `dst` (every thread of
-// the CTA; raw's copies waited for and a barrier passed before, a barrier after).
+// the CTA; raw's copies waited for and a barrier passed before, a barrier after). At D = 64 a
+// thread's chunks are one column part of keys key0, key0 + 16, ... (Fp8Chunks): their addresses
+// a fixed step apart in both tiles (the swizzle's key % 8 is key0's), worked out once, and no key
+// is tested (the staging zero-filled an absent key's bytes and scale, which decode to +0 as the
+// rule has it). D = 128 works each chunk out and tests its key: at its 255 registers the tree
+// kernel spills otherwise.
 template <int D, int kThreads>
 __device__ __forceinline__ void convert_fp8_tile(const KvTile<D>& dst, const Fp8Stage<D>& raw,
                                                  const Fp8Scales& sc, const RequestGeometry& g,
                                                  int tile, unsigned pages, int tid) {
   using C = Fp8Chunks<D, kThreads>;
+  constexpr int kKeyStep = kThreads / C::kChunksPerKey;
+  static_assert(kThreads % C::kChunksPerKey == 0 && kKeyStep % 8 == 0, "chunks a fixed step apart");
+  const unsigned t = static_cast<unsigned>(tid);
+  const int key0 = static_cast<int>(t / C::kChunksPerKey), part0 = static_cast<int>(t % C::kChunksPerKey);
   const TileKeys keys = tile_keys(g, tile, pages);
   // Two chunks at a time (the math's registers are live across the conversion), one loop a format.
   auto convert = [&](auto dequantize) {
 #pragma unroll 2
     for (int j = 0; j < C::kPerThread; ++j) {
-      const int key = C::key(tid, j), part = C::part(tid, j);
+      const int key = D == 64 ? key0 + j * kKeyStep : C::key(tid, j);
+      const int part = D == 64 ? part0 : C::part(tid, j);
       const bool v = part >= D / 16;
       const uint4 bytes = lds_read<uint4>(raw.row(key) + 16 * part);
       const uint32_t in[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
       uint32_t out[8];
-      dequantize(in, lds_read<float>(raw.scale(v, key)), keys.present(key), out);
+      dequantize(in, lds_read<float>(raw.scale(v, key)), D == 64 || keys.present(key), out);
       write_bf16_chunk(dst, key, v, 16 * (part % (D / 16)), out);
     }
   };
