@@ -22,6 +22,7 @@
 #   kbsan      after kb: racecheck and memcheck on the kernels alone, clean and poisoned, over
 #              KBSAN_ARGS (default: configs where the plan picks each split kernel on an H200)
 #   readfloor  benchmarks/read_floor_probe.cu on RF_ARGS (L R window ...; default: the grid)
+#   fp8decode  benchmarks/fp8_decode_probe.cu: FP8 values an SM dequantizes a clock, by sequence
 #   isa        the split and merge kernels' SASS (KB_ARCH) to $OUT/isa/, normalised as
 #              tools/isa_compare.py compares it (`isa_compare.py diff` against another tree's dump)
 #   tp / tp8   tools/tp_gpu_check.py on 2 / 8 GPUs (TP2: 32/4 heads, TP8: 128/16)
@@ -113,6 +114,10 @@ for s in "${steps[@]}"; do
         >"$LOGS/readfloor_build.log" 2>&1
       # shellcheck disable=SC2086
       TAIL_LINES=30 run_step readfloor 240 /tmp/read_floor ${RF_ARGS:-} ;;
+    fp8decode)
+      nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90a -o /tmp/fp8_decode "$ROOT/benchmarks/fp8_decode_probe.cu" \
+        >"$LOGS/fp8decode_build.log" 2>&1
+      TAIL_LINES=10 run_step fp8decode 60 /tmp/fp8_decode ;;
     isa) run_step isa 300 python3 "$ROOT/tools/isa_compare.py" dump "$ROOT" "$OUT/isa" --arch "${KB_ARCH:-sm_90a}" ;;
     tp) run_step tp 450 python3 "$ROOT/tools/tp_gpu_check.py" ;;
     tp8) run_step tp8 540 python3 "$ROOT/tools/tp_gpu_check.py" --tp 8 ;;
