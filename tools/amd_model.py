@@ -429,6 +429,19 @@ def count(insts: Iterable[str]) -> Dict[str, int]:
     return {k: c.get(k, 0) for k in ("total",) + CATEGORIES + WATCH}
 
 
+def vmem_round_trips(insts: Iterable[str]) -> int:
+    """Vector-memory round trips along a path: waits (s_waitcnt vmcnt) with a load issued since
+    the previous one, i.e. loads that cannot all be in flight together."""
+    trips, pending = 0, False
+    for inst in insts:
+        m = mnemonic(inst)
+        if category(m) == "vmem_load":
+            pending = True
+        elif m == "s_waitcnt" and "vmcnt" in inst and pending:
+            trips, pending = trips + 1, False
+    return trips
+
+
 def _dfs_back_edges(blocks: List[Block], start: int = 0) -> set:
     """Edges (u, v) where v is on the DFS stack when u reaches it."""
     back, state = set(), {}
@@ -734,7 +747,8 @@ def analyze_arch(root: str, arch: str, chains, mca: bool = True) -> dict:
                     k["tile"]["llvm_mca"] = llvm_mca(insts, "gfx942")
                 outside = [i for n in outside_path(blocks, main) for i in blocks[n].insts]
                 k["once"] = dict(path=count(outside),
-                                 cycles=tile_cycles(outside, spec, k["occupancy"]["waves_per_workgroup"]))
+                                 cycles=tile_cycles(outside, spec, k["occupancy"]["waves_per_workgroup"]),
+                                 vmem_round_trips=vmem_round_trips(outside))
             elif role == "merge":
                 path = outside_path(blocks, None)
                 insts = [i for n in path for i in blocks[n].insts]
@@ -912,6 +926,12 @@ def format_report(result: dict) -> str:
                              else mca.get("error", "-")))
             lines += _table(("kernel", "MFMA clk", "VALU clk", "LDS clk (CU)", "other", "serial", "bound",
                              "llvm-mca"), rows)
+        once = [k for k in tiles if "once" in k]
+        if once:
+            lines.append("  once a workgroup (outside the tile loop: Q, the prologue's tiles, the partials):")
+            lines += _table(("kernel", "vmem loads", "vmem round trips", "instructions"),
+                            [(k["variant"], k["once"]["path"]["vmem_load"], k["once"]["vmem_round_trips"],
+                              k["once"]["path"]["total"]) for k in once])
         for p in a["problems"]:
             lines.append(f"  FAIL {p}")
         lines.append("")

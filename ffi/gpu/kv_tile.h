@@ -68,12 +68,26 @@ __device__ __forceinline__ void stage_q_tile(const QTile<D, Rows>& dst, const ui
   constexpr int kRowsPerPass = kThreads / kChunks;
   static_assert(kThreads % kChunks == 0 && Rows % kRowsPerPass == 0, "whole rows a pass");
   const int chunk = tid % kChunks, row0 = tid / kChunks;  // tid < kThreads: row0 < kRowsPerPass
+#if defined(MUSE_ATTN_HIP)
+  // AMD: every pass's load in flight before the first is written (copy16 waits for each).
+  amd::u32x4 v[Rows / kRowsPerPass];
+#pragma unroll
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+    const int r = row0 + pass * kRowsPerPass;
+    v[pass] = amd::u32x4{0u, 0u, 0u, 0u};
+    if (r < rows) v[pass] = __builtin_nontemporal_load(reinterpret_cast<const amd::u32x4*>(q + row_offset(r) + 8 * chunk));
+  }
+#pragma unroll
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass)
+    lds_write(dst.base + KvTile<D>::offset(row0 + pass * kRowsPerPass, 8 * chunk), v[pass]);
+#else
 #pragma unroll
   for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {  // a constant trip count: unrolled
     const int r = row0 + pass * kRowsPerPass;
     const bool ok = r < rows;
     copy16(dst.base + KvTile<D>::offset(r, 8 * chunk), q + row_offset(ok ? r : 0) + 8 * chunk, ok);
   }
+#endif
 }
 
 // Where the keys of one (request, KV head) group live (kElemBytes: 2 for bf16, 1 for FP8). A

@@ -472,35 +472,44 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   // math. `regs_present`: its pages' present_mask(), moved into `present` with the tile.
 #if defined(MUSE_ATTN_HIP)
   constexpr bool kRegPrefetch = !kStagedFp8;
-  std::conditional_t<kFp8, Fp8TileRegs<D, kThreads>, TileRegs<D, kThreads>> regs;
+  using Regs = std::conditional_t<kFp8, Fp8TileRegs<D, kThreads>, TileRegs<D, kThreads>>;
+  Regs regs;
   unsigned regs_present = 0;
 #else
   constexpr bool kRegPrefetch = false;
 #endif
-  auto load_regs = [&](int tile, const TileEntries& entries) {
+  // A tile's loads into r (r_present: its pages' present_mask()), and r written into a slot.
+  auto load_regs_into = [&](auto& r, unsigned& r_present, int tile, const TileEntries& entries) {
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
       const TilePages pages = resolve(src, entries);
       constexpr auto kPolicy = amd::CachePolicy::kNonTemporal;
       if constexpr (kFp8)
-        load_fp8_tile_regs<D, kThreads, kPolicy>(regs, src, scales(), g, tile, pages, tid, unread_keys(tile));
+        load_fp8_tile_regs<D, kThreads, kPolicy>(r, src, scales(), g, tile, pages, tid, unread_keys(tile));
       else
-        load_tile_regs<D, kThreads, !kTwoTile, kPolicy>(regs, src, g, tile, pages, tid, unread_keys(tile));
-      regs_present = pages.present_mask();
+        load_tile_regs<D, kThreads, !kTwoTile, kPolicy>(r, src, g, tile, pages, tid, unread_keys(tile));
+      r_present = pages.present_mask();
     }
 #endif
   };
-  auto store_regs = [&](int slot) {
+  auto store_regs_from = [&](const auto& r, unsigned r_present, int slot) {
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
       if constexpr (kFp8)
-        store_fp8_tile_regs<D, kThreads>(tile_at(slot), regs, scales().fnuz, tid);
+        store_fp8_tile_regs<D, kThreads>(tile_at(slot), r, scales().fnuz, tid);
       else
-        store_tile_regs<D, kThreads>(tile_at(slot), regs, src, g, tid);
-      present = (present & ~(0xFu << (4 * slot))) | (regs_present << (4 * slot));
+        store_tile_regs<D, kThreads>(tile_at(slot), r, src, g, tid);
+      present = (present & ~(0xFu << (4 * slot))) | (r_present << (4 * slot));
     }
 #endif
   };
+#if defined(MUSE_ATTN_HIP)
+  auto load_regs = [&](int tile, const TileEntries& entries) { load_regs_into(regs, regs_present, tile, entries); };
+  auto store_regs = [&](int slot) { store_regs_from(regs, regs_present, slot); };
+#else
+  auto load_regs = [](int, const TileEntries&) {};
+  auto store_regs = [](int) {};
+#endif
   auto stage = [&](int slot, int tile, const TileEntries& entries) {
     const TilePages pages = resolve(src, entries);  // the entries' loads are waited for here
     const uint64_t unread = unread_keys(tile);
@@ -528,9 +537,23 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       if (t0 + s < t1) first[s] = load_tile_entries(src, t0 + s);
     // The loop's first refill's ids too, ahead of every K/V copy.
     if (t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
+#if defined(MUSE_ATTN_HIP)
+    if constexpr (kRegPrefetch) {
+      // AMD: the prologue's tiles through registers too, every tile's loads in flight before the
+      // first is written (staged one by one, each of a tile's loads waited for before the next).
+      Regs first_regs[kStages > 1 ? kStages - 1 : 1];
+      unsigned first_present[kStages > 1 ? kStages - 1 : 1] = {};
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s)
+        if (t0 + s < t1) load_regs_into(first_regs[s], first_present[s], t0 + s, first[s]);
+#pragma unroll
+      for (int s = 0; s < kStages - 1; ++s)
+        if (t0 + s < t1) store_regs_from(first_regs[s], first_present[s], s);
+    }
+#endif
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (t0 + s < t1) stage(s, t0 + s, first[s]);
+      if (!kRegPrefetch && t0 + s < t1) stage(s, t0 + s, first[s]);
       if constexpr (kFill) {
         if (s == kStages - 2 && t1 - t0 == kStages) stage(kStages - 1, t0 + kStages - 1, next);
       }
