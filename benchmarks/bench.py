@@ -411,33 +411,15 @@ def jax_worker(args):
         jax.block_until_ready(f(*a))
         return time.perf_counter() - t0
 
-    def paired_per_call(time_1, time_n, n, repeats, warm=2):
-        # Chains of 1 and of n calls, alternately: the samples and the per-call figures
-        # (t_N - t_1) / (N - 1) in us, paired by repeat.
-        for _ in range(warm):
-            time_1(), time_n()
-        s1, sn = [], []
-        for _ in range(repeats):
-            s1.append(time_1())
-            sn.append(time_n())
-        return s1, sn, [(b - c) / (n - 1) * 1e6 for b, c in zip(sn, s1)]
-
     def chain_time(f1, fN, n, a):
-        t1s, tns, per = paired_per_call(lambda: wall(f1, *a), lambda: wall(fN, *a), n, args.repeats)
+        t1s, tns, per = dc.paired_per_call(lambda: wall(f1, *a), lambda: wall(fN, *a), n, args.repeats)
         return dict(per_call_us=_median(per), n=n, t1_s=t1s, tN_s=tns)
 
     use_clock = not args.no_device_clock and dc.available()
     res["device_clock"] = use_clock
 
     def device_chain_time(step, n, a):
-        g1, gn = (jax.jit(dc.clocked_chain(step, k)) for k in (1, n))
-
-        def span(g):
-            t0, t1 = g(*a)
-            return (dc.clock_ns(t1) - dc.clock_ns(t0)) * 1e-9
-
-        d1s, dns, per = paired_per_call(lambda: span(g1), lambda: span(gn), n, args.repeats)
-        return dict(per_call_us=_median(per), n=n, d1_s=d1s, dN_s=dns)
+        return dc.chain_per_call(step, n, a, args.repeats)
 
     def pick_n(f1, a, cap):
         est = _median([wall(f1, *a) for _ in range(5)])

@@ -3,11 +3,13 @@
 The clock is a custom call of the extension (target ``jax_muse_attn_device_clock``, registered
 when ``jax_muse_attn`` is imported): a one-thread kernel that stores the GPU's nanosecond clock
 (NVIDIA ``%globaltimer``, AMD ``wall_clock64``) when the stream reaches it, or the host's steady
-clock on the CPU. These helpers build timed chains from it; the benchmark and
-``tools/tp_gpu_check.py`` use them.
+clock on the CPU. These helpers build timed chains from it; the benchmark,
+``tools/split_sweep.py`` and ``tools/tp_gpu_check.py`` use them.
 """
 
 from __future__ import annotations
+
+import statistics
 
 import jax
 import jax.numpy as jnp
@@ -54,3 +56,30 @@ def clock_ns(clock) -> int:
     """The ns value of a device_clock() result, on the host."""
     lo, hi = (int(v) for v in np.asarray(clock, dtype=np.uint32))
     return (hi << 32) | lo
+
+
+def paired_per_call(time_1, time_n, n, repeats, warm=2):
+    """Chains of 1 and of n calls timed alternately (time_1, time_n: seconds a run), after warm
+    runs of each: (the 1-call samples, the n-call samples, the per-call figures (t_n - t_1) /
+    (n - 1) in us, paired by repeat)."""
+    for _ in range(warm):
+        time_1(), time_n()
+    s1, sn = [], []
+    for _ in range(repeats):
+        s1.append(time_1())
+        sn.append(time_n())
+    return s1, sn, [(b - c) / (n - 1) * 1e6 for b, c in zip(sn, s1)]
+
+
+def chain_per_call(step, n, args, repeats, warm=2):
+    """A call's time on the device clock: chains of 1 and n calls x = step(x, *args[1:]) in one
+    jit each (clocked_chain), paired as paired_per_call pairs them. Returns per_call_us (the
+    median), n and the samples in seconds (d1_s, dN_s)."""
+    g1, gn = (jax.jit(clocked_chain(step, k)) for k in (1, n))
+
+    def span(g):
+        t0, t1 = g(*args)
+        return (clock_ns(t1) - clock_ns(t0)) * 1e-9
+
+    d1s, dns, per = paired_per_call(lambda: span(g1), lambda: span(gn), n, repeats, warm)
+    return dict(per_call_us=float(statistics.median(per)), n=n, d1_s=d1s, dN_s=dns)

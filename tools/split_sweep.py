@@ -4,9 +4,10 @@ Each config of ``benchmarks/bench.py`` (its names: ``full2k-r128``, ``ragged1k-1
 the launch plan's split count and at each count of ``--splits``, and under each
 ``MUSE_ATTN_LAUNCH`` override of ``--launch`` (``""``: the plan's kernels). Every output is checked
 against the plan's own output first (the split count moves only the rounding of the merge), then
-timed as the benchmark times a call: chains of 1 and n calls in one jit, the device clock around
-each, (t_n - t_1) / (n - 1). One line a measurement; ``--json`` keeps them all. The launch plan's
-split-count rules in ``ffi/gpu/tuning.h`` cite runs of this tool.
+timed as the benchmark times a call (``benchmarks/device_clock.py`` chain_per_call: chains of 1
+and n calls in one jit, the device clock around each, (t_n - t_1) / (n - 1)). One line a
+measurement; ``--json`` keeps them all. The launch plan's split-count rules in
+``ffi/gpu/tuning.h`` cite runs of this tool.
 
     python tools/split_sweep.py --configs full2k-r128,ragged1k-128k-r64 --splits 1,2,4,8,16
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,19 +74,7 @@ def main(argv=None) -> int:
                 out = np.asarray(jax.jit(step)(q, kv, bt, sl)).astype(np.float32)
                 err = float(np.max(np.abs(out - base)))
                 ok = bool(np.isfinite(err) and err <= 2 ** -6)
-                g1, gn = (jax.jit(dc.clocked_chain(step, k)) for k in (1, args.chain))
-
-                def span(g):
-                    t0, t1 = g(q, kv, bt, sl)
-                    return (dc.clock_ns(t1) - dc.clock_ns(t0)) * 1e-3
-
-                for _ in range(2):
-                    span(g1), span(gn)
-                per = []
-                for _ in range(args.repeats):
-                    a, b = span(g1), span(gn)
-                    per.append((b - a) / (args.chain - 1))
-                us = statistics.median(per)
+                us = dc.chain_per_call(step, args.chain, (q, kv, bt, sl), args.repeats)["per_call_us"]
                 row = dict(config=cfg.name, launch=launch, num_splits=plan["num_splits"],
                            split_kernel=plan["split_kernel"], merge_pdl=plan.get("merge_pdl"),
                            us=us, kv_mb=cfg.kv_bytes / 1e6, gbps=cfg.kv_bytes / us / 1e3, ok=ok,
