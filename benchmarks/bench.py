@@ -23,7 +23,7 @@ clock and the device's own clock, with XLA command buffers on and off; ours cold
 flush, by device timestamps); every timed output checked against ``jax_muse_attn.reference``
 first (exit code 1 on a failure); the jnp reference; FlashInfer fa2 and XQA (its speculative-decoding
 kernel) where torch and flashinfer import, each checked before it is timed;
-the copy, empty-kernel, no-op-call and dispatch floors; and each config's launch plan
+the copy, empty-kernel, two-dependent-kernel, no-op-call and dispatch floors; and each config's launch plan
 (``jax_muse_attn.launch_plan``). ``MUSE_ATTN_LAUNCH`` (the launch plan's debug override, e.g.
 ``merge_pdl=0``) and ``--num-splits`` apply to every timed call and to the recorded plan. The
 method in full: benchmarks/README.md.
@@ -464,6 +464,15 @@ def jax_worker(args):
             res["floors"]["ours_noop_call_device"] = device_chain_time(noop, args.chain, (q0,))
     except Exception as e:
         res["errors"].append(f"floors ours_noop_call: {e!r}")
+    if use_clock:
+        try:
+            # Two dependent kernels a step, each as short as a kernel gets: the clock's one-thread
+            # kernel, then the elementwise select that reads it. About twice the cost of one
+            # kernel boundary, what a call of two launches (split, merge) pays once.
+            res["floors"]["two_dependent_kernels_device"] = device_chain_time(
+                lambda x: dc.order_after(x, dc.device_clock(x)), args.chain, (jnp.zeros((8,), jnp.float32),))
+        except Exception as e:
+            res["errors"].append(f"floors two_dependent_kernels: {e!r}")
     _save(args.result_file, res)
 
     buf = jnp.ones((flush_bytes // 4,), jnp.float32)  # f32: no convert that XLA could hoist and share

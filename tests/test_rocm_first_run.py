@@ -64,7 +64,7 @@ def fake_bench(ok=True):
     return dict(
         meta=dict(modes={"on": "...", "off": "..."}),
         copy_floor=dict(GBps=4000.0, source="jax_copy[on]"),
-        floors={"noop_call[on]": dict(per_call_us=9.0)},
+        floors={"noop_call[on]": dict(per_call_us=9.0), "two_dependent_kernels_device[on]": dict(per_call_us=6.0)},
         all_checks_passed=ok, errors=[] if ok else ["[on] full2k-r1: check failed"],
         summary=[
             dict(config="full2k-r1", kv_bytes=1_048_576, status="ok" if ok else "FAIL", ours_on_us=12.0,
@@ -99,6 +99,19 @@ def test_report_on_a_known_gpu():
     assert "a MODEL from the ISA, not a measurement" in md
     assert "| full2k-r1 | 1.0 | ok | per_tile (32) | 10.0 (12.0 / 30.0) | 2 | 12.5 (compute) | 0.80 |" in md
     assert "| full128k-r16 | 1073.7 | ok | per_tile (28) | – (400.0 / 420.0) | 51 | 320.0 (memory) | 1.25 |" in md
+    # The kernel boundary: half the pair, against the fastest call (full2k-r1, 10 us on the device).
+    assert rep["launches"] == dict(pair_us=6.0, boundary_us=3.0, fastest_us=10.0, fastest_config="full2k-r1",
+                                   boundary_share=0.3)
+    assert "6.00 µs a pair, about 3.00 µs a kernel boundary" in md
+    assert "30 % of the fastest call here (full2k-r1, 10.0 µs)" in md
+
+
+def test_report_without_the_kernel_pair_has_no_launch_section():
+    bench = fake_bench()
+    del bench["floors"]["two_dependent_kernels_device[on]"]
+    rep = fr.build_report(fr.GpuInfo("rocm", "AMD Instinct MI300X", 1, "MI300X", 5.3), TESTS_OK, bench, None)
+    assert rep["launches"]["boundary_us"] is None
+    assert "One launch or two" not in fr.render_markdown(rep)
 
 
 def test_report_on_another_gpu_uses_the_copy_rate_and_has_no_model():

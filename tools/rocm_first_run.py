@@ -13,8 +13,10 @@
 4. computes the AMD speed model (tools/amd_model.py: a MODEL from the compiled kernels' ISA) or
    reads --model-json;
 5. writes DIR/rocm_first_run.md and .json: correctness, µs a config, % of the GPU's HBM spec
-   rate (MI300X 5.3 TB/s, MI355X 8 TB/s; another GPU: the bench's measured copy rate), and the
-   model's µs beside each measured figure with measured / model.
+   rate (MI300X 5.3 TB/s, MI355X 8 TB/s; another GPU: the bench's measured copy rate), the
+   model's µs beside each measured figure with measured / model, and what a kernel boundary
+   costs against the fastest call (the bench's pair of dependent kernels: the figure the
+   design's two-launch decision waits for).
 
 Exit 0 when every test passed and every benchmarked output was checked correct, else 1.
 """
@@ -209,11 +211,19 @@ def build_report(gpu: GpuInfo, tests: Optional[dict], bench: Optional[dict], mod
     ok_tests = tests is not None and tests["failed"] == 0 and tests["errors"] == 0
     ok_bench = bench is not None and bool(bench.get("all_checks_passed"))
     floors = (bench or {}).get("floors", {})
+    # The figure the one-launch-or-two decision waits for: a kernel boundary, from the bench's pair
+    # of dependent kernels, against the fastest call measured.
+    pair = (floors.get(f"two_dependent_kernels_device[{first}]") or {}).get("per_call_us")
+    timed = [(r["us_device"] or r["us_host"], r["config"]) for r in rows if r["us_device"] or r["us_host"]]
+    fastest = min(timed) if timed else None
+    launches = dict(pair_us=pair, boundary_us=pair / 2 if pair else None,
+                    fastest_us=fastest[0] if fastest else None, fastest_config=fastest[1] if fastest else None,
+                    boundary_share=(pair / 2 / fastest[0]) if pair and fastest else None)
     return dict(
         when=datetime.datetime.now().isoformat(timespec="seconds"), gpu=dataclasses.asdict(gpu),
         tests=tests, bench_checks_passed=ok_bench if bench is not None else None,
         bench_errors=(bench or {}).get("errors", []), rate_source=rate_source, rows=rows,
-        copy_floor=(bench or {}).get("copy_floor"), floors=floors,
+        copy_floor=(bench or {}).get("copy_floor"), floors=floors, launches=launches,
         model=dict(available=bool(modelled), note=(model or {}).get("note"),
                    gpu=gpu.name if modelled else None,
                    launch_us=model["roofline"][gpu.name]["launch_us"] if modelled else None,
@@ -258,6 +268,17 @@ def render_markdown(rep: dict) -> str:
         cf = rep.get("copy_floor") or {}
         if cf.get("GBps"):
             lines += ["", f"Measured copy rate: {cf['GBps']:.0f} GB/s ({cf.get('source')})."]
+    la = rep.get("launches") or {}
+    if la.get("pair_us"):
+        lines += ["", "## One launch or two", "",
+                  f"Two dependent kernels back to back, each as short as a kernel gets (the bench's "
+                  f"two_dependent_kernels_device floor, command buffers on): {_fmt(la['pair_us'], 2)} µs a pair, "
+                  f"about {_fmt(la['boundary_us'], 2)} µs a kernel boundary. A call is two launches (split, then "
+                  f"merge; docs/DESIGN.md, \"One launch or two on AMD\"): one launch would save about one "
+                  f"boundary"
+                  + (f", {_fmt(100 * la['boundary_share'], 0)} % of the fastest call here ({la['fastest_config']}, "
+                     f"{_fmt(la['fastest_us'])} µs)" if la.get("boundary_share") else "")
+                  + ", less what its fences and counters would cost: the figure that decision waits for."]
     return "\n".join(lines) + "\n"
 
 
