@@ -275,6 +275,9 @@ def host_launches(ir: str) -> Dict[str, dict]:
             if not ks and f["params"]:
                 ks = [a.lstrip("@") for caller in funcs.values() for callee, args in caller["calls"]
                       if callee == name for a in args if a.lstrip("@") in kernels]
+            # A function naming several kernels: a size goes to those it set that size for.
+            same = [t for t, sz in f["attrs"] if smem and sz == smem and t in ks]
+            ks = same or ks
             for k in ks:
                 add(k, smem=smem if smem else None, threads=threads)
     return out

@@ -30,9 +30,11 @@ inline constexpr int kMergeBatch = 16;     // segments a merge warp loads at a t
 
 enum class Vendor : int { kCpu = 0, kNvidia = 1, kAmd = 2 };
 
-// K/V tiles in flight in a split CTA (shared-memory stages). AMD: gfx942's 64 KiB of LDS.
+// K/V tiles a split CTA stages in shared memory. AMD fills its slots from registers loaded a
+// tile ahead (split_cta.h), so a slot past two adds no load in flight, only LDS: two at D = 64
+// (gfx950 then holds four workgroups a CU, not two), one at D = 128 (gfx942's 64 KiB).
 MUSE_HD_CONSTEXPR int split_stages(Vendor vendor, int head_dim) {
-  return vendor == Vendor::kAmd ? (head_dim == 64 ? 3 : 1) : (head_dim == 64 ? 4 : 2);
+  return vendor == Vendor::kAmd ? (head_dim == 64 ? 2 : 1) : (head_dim == 64 ? 4 : 2);
 }
 // ---- The AMD table's derivation (amd_targets.h).
 
