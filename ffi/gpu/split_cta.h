@@ -449,9 +449,15 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   // are masked). Kept in a register: every thread stages with the same block ids.
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
-  // A tree's draft slots that no row sees are never read (mask.h tree_read_bits): worked out
-  // once by thread 0 into shared memory, read back for the (at most two) tiles holding draft
-  // slots, so that nothing of it stays in registers across the loop.
+  // A tree's draft slots that no row sees are never read (mask.h tree_read_bits). NVIDIA: worked
+  // out once by thread 0 into shared memory, read back for the (at most two) tiles holding draft
+  // slots, so that nothing of it stays in registers across the loop. AMD: every lane works out
+  // the same word, which stays in scalar registers (a static shared word would put the D = 64
+  // kernel one LDS granule past the chain's 40 KiB: three workgroups a CU on gfx950, not four).
+#if defined(MUSE_ATTN_HIP)
+  const uint32_t unread_drafts = kTree ? unread_tree_drafts(p, c.req, g.ctx, count) : 0u;
+  auto unread_word = [&] { return unread_drafts; };
+#else
   const uint32_t* unread_drafts = nullptr;
   if constexpr (kTree) {
     __shared__ uint32_t unread_word;
@@ -459,10 +465,12 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
     __syncthreads();
     unread_drafts = &unread_word;
   }
+  auto unread_word = [&] { return lds_value(*unread_drafts); };
+#endif
   auto unread_keys = [&](int tile) -> uint64_t {
     if constexpr (kTree) {
       if ((tile + 1) * kTileKeys <= g.ctx) return 0u;
-      return tile_unread_keys(lds_value(*unread_drafts), tile, g.ctx);
+      return tile_unread_keys(unread_word(), tile, g.ctx);
     } else {
       return 0u;
     }
