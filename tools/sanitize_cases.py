@@ -43,7 +43,8 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
          drafts=False, launch="", num_splits=None):
     """fp8: None (bf16), or (format, "tensor" | "token") for an FP8 cache with those scales.
     drafts: ragged counts and a token tree (tree()), lse returned; q rows past a count and the
-    K/V slot of a draft no row sees are NaN. launch: a MUSE_ATTN_LAUNCH override for the call."""
+    K/V slot of a draft no row sees are NaN. launch: a MUSE_ATTN_LAUNCH override for this call (else
+    the environment's, if any)."""
     blocks = R * pages + 5
     kv = rng.standard_normal((blocks, hkv, 16, 2 * d)).astype(np.float32)
     table = rng.permutation(blocks)[: R * pages].reshape(R, pages).astype(np.int32)
@@ -92,9 +93,16 @@ def case(R, lens, pages, window=None, num_reqs=None, bad_ids=False, hq=16, hkv=2
             ks, vs = jnp.asarray(ks), jnp.asarray(vs)
         kw.update(k_scale=ks, v_scale=vs)
     args = (jnp.asarray(q, jnp.bfloat16), cache, jnp.asarray(table), jnp.asarray(lens))
-    os.environ["MUSE_ATTN_LAUNCH"] = launch  # read when the call is traced
-    got = jma.verify_attention(*args, backend="ffi", num_splits=num_splits, **kw)
-    os.environ["MUSE_ATTN_LAUNCH"] = ""
+    ambient = os.environ.get("MUSE_ATTN_LAUNCH")
+    if launch:  # read when the call is traced; the caller's own override stays for the rest
+        os.environ["MUSE_ATTN_LAUNCH"] = launch
+    try:
+        got = jma.verify_attention(*args, backend="ffi", num_splits=num_splits, **kw)
+    finally:
+        if launch:
+            os.environ.pop("MUSE_ATTN_LAUNCH", None)
+            if ambient is not None:
+                os.environ["MUSE_ATTN_LAUNCH"] = ambient
     want = jma.reference.verify_attention(*args, **kw)
     if not drafts:
         got, want = [got], [want]
