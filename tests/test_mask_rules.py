@@ -1,7 +1,7 @@
 """muse_attn/mask.h's draft rules (the functions the GPU kernels are to call per row and key) on
 the host, against the README's words written in Python: tree_draft_row + draft_key_is_visible
 for random trees, counts, contexts (negative too), windows and raw (unclamped) depths and masks;
-chain_draft_row against key_is_visible (the chain) and against the tree of the causal mask;
+the tree of the causal mask against key_is_visible (the chain);
 draft_slot_is_read / tree_read_bits; tree_whole_tiles against the visibility of every key."""
 
 import random
@@ -15,8 +15,8 @@ HARNESS = r"""
 #include "muse_attn/mask.h"
 using namespace muse_attn;
 // Per case: nq ctx n window, then nq raw depths and nq raw mask words. Prints, for the rows t
-// < nq: the tree row's visibility of keys [0, ctx + nq) as 0/1, then the chain row's and
-// key_is_visible's; then the read bits and the whole-tile range.
+// < nq: the tree row's visibility of keys [0, ctx + nq) as 0/1, then key_is_visible's; then the
+// read bits and the whole-tile range.
 int main() {
   int nq, ctx, n, window;
   while (std::scanf("%d %d %d %d", &nq, &ctx, &n, &window) == 4) {
@@ -32,10 +32,7 @@ int main() {
     DraftRow rows[32];
     for (int t = 0; t < nq; ++t) {
       rows[t] = tree_draft_row(ctx, count, t, mask[t], depth, window);
-      const DraftRow chain = chain_draft_row(ctx, count, t, window);
       for (int k = 0; k < keys; ++k) std::putchar(draft_key_is_visible(rows[t], ctx, k) ? '1' : '0');
-      std::putchar(' ');
-      for (int k = 0; k < keys; ++k) std::putchar(draft_key_is_visible(chain, ctx, k) ? '1' : '0');
       std::putchar(' ');
       const bool live = t < count && ctx + t >= 0;
       for (int k = 0; k < keys; ++k)
@@ -94,14 +91,13 @@ def test_draft_rules_against_the_spec(tmp_path_factory):
         keys = max(ctx + n, 0)
         seen = 0
         for t in range(nq):
-            tree, chain, causal = (lines[at].split(" ") + ["", ""])[:3] if keys else ("", "", "")
+            tree, causal = (lines[at].split(" ") + [""])[:2] if keys else ("", "")
             at += 1
             want = "".join("1" if spec_visible(ctx, n, t, window, depth, masks[t], k) else "0"
                            for k in range(keys))
             assert tree == want, (nq, ctx, n_raw, window, raw_depths, masks, t)
-            assert chain == causal, ("chain_draft_row != key_is_visible", nq, ctx, n, window, t)
             if masks[t] == (2 << t) - 1 and depth == list(range(nq)):
-                assert tree == chain, ("causal tree != chain", nq, ctx, n, window, t)
+                assert tree == causal, ("causal tree != key_is_visible", nq, ctx, n, window, t)
             if t < n:
                 seen |= sum(1 << (k - ctx) for k in range(max(ctx, 0), keys) if tree[k] == "1")
             checked += keys

@@ -561,7 +561,8 @@ __device__ __forceinline__ void store_fp8_tile_regs(const KvTile<D>& dst,
 }
 
 // Direct form: tile `tile`'s FP8 bytes loaded, dequantized and written into the bf16 tile `dst`
-// in one step (the prologue's stages; the loop's refills take the two steps a tile apart).
+// in one step (split_cta.h's stage() for a direct FP8 cache; the prologue and the loop take the
+// two steps, their loads in flight together).
 template <int D, int kThreads>
 __device__ __forceinline__ void stage_fp8_tile_direct(const KvTile<D>& dst, const KvSource<D, 1>& src,
                                                       const Fp8Scales& sc, const RequestGeometry& g,

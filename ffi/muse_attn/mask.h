@@ -92,19 +92,6 @@ MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, c
   return row;
 }
 
-// Row t of a chain of count drafts: the tree of the causal mask (bits j <= t) at depth = row.
-MUSE_HD DraftRow chain_draft_row(int ctx, int count, int t, int window) {
-  if (t >= count || ctx + t < 0) return dead_draft_row();
-  const int qpos = ctx + t;
-  DraftRow row;
-  row.key_lo = first_visible_key(qpos, window);
-  row.key_hi = ctx;
-  uint32_t bits = low_bits(t + 1) & ~low_bits(-ctx);
-  if (window > 0 && t + 1 > window) bits &= ~low_bits(t + 1 - window);
-  row.draft_bits = bits;
-  return row;
-}
-
 // Whether the row sees key slot `key` (>= 0) of a request with ctx context keys. Keys at or past
 // ctx + count are never visible (their bits are clear), so neither are slots past seq_len.
 MUSE_HD bool draft_key_is_visible(const DraftRow& row, int ctx, int key) {
