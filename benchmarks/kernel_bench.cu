@@ -124,7 +124,10 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   cudaEvent_t e0, e1;
   CHECK(cudaEventCreate(&e0));
   CHECK(cudaEventCreate(&e1));
-  auto split = [&] { CHECK(gpu::launch_split(p, plan.split_kernel, st)); };
+  auto split = [&] {
+    CHECK(plan.balance_segments ? gpu::launch_split_balanced(p, plan.split_kernel, st)
+                                : gpu::launch_split(p, plan.split_kernel, st));
+  };
   auto merge = [&] { CHECK(gpu::launch_merge(p, plan, st)); };
   auto both = [&] { split(); merge(); };
   char what[160];

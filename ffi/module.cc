@@ -95,6 +95,7 @@ NB_MODULE(_muse_attn, m) {
         d["merge_warps"] = plan.merge_warps;
         d["merge_pdl"] = plan.merge_pdl;
         d["merge_by_lane"] = plan.merge_by_lane;
+        d["balance_segments"] = plan.balance_segments;
         return d;
       },
       nb::arg("head_dim"), nb::arg("tokens"), nb::arg("num_q_heads"), nb::arg("num_kv_heads"),

@@ -17,7 +17,8 @@ from jax_muse_attn import _ffi, _partitioning, _validate, reference
 BACKENDS = ("auto", "ffi", "reference")
 
 # The one debug override of the launch plan, read at trace time (launch_plan.h parse_overrides):
-# e.g. MUSE_ATTN_LAUNCH="split_kernel=per_tile,merge_pdl=0". GPU handlers only.
+# e.g. MUSE_ATTN_LAUNCH="split_kernel=per_tile,merge_pdl=0". GPU handlers only, but for
+# balance_segments, which the CPU handler honours too.
 LAUNCH_ENV = "MUSE_ATTN_LAUNCH"
 
 

@@ -117,6 +117,18 @@ def test_pinned_counts_and_overrides_still_apply_on_amd():
     assert plan(amd(942, 304), fp8=True)["split_kernel"] == "per_tile"
 
 
+def test_no_balanced_cut_on_amd():
+    """The balanced cut's pass over seq_lens would sit on every AMD workgroup's start
+    (gpu/segment_pool.h): the AMD plan keeps the group's own cut, even where asked."""
+    for gfx, cus in ((942, 304), (950, 256)):
+        for overrides in ("", "balance_segments=1"):
+            p = plan(amd(gfx, cus), R=64, keys=131072, overrides=overrides)
+            assert p["num_splits"] > 1 and not p["balance_segments"], (gfx, overrides, p)
+    h100 = dict(vendor="nvidia", multiprocessors=132, compute_major=9, warp_size=32,
+                merge_can_wait=True, has_two_pairs=True)
+    assert plan(h100, R=16, keys=131072)["balance_segments"]  # such a call on NVIDIA
+
+
 def test_nvidia_plans_never_read_the_amd_field():
     for name in h200_plans.GRID:
         keys, R, window = h200_plans.parse(name)

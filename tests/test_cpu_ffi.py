@@ -66,6 +66,23 @@ def test_num_splits_short(rng, num_splits, window):
     check_case(c, "ffi", num_splits=num_splits, what=f"splits {num_splits}")
 
 
+# The balanced cut (muse_attn/geometry.h), forced: one segment length for the batch, a request
+# taking as many slots as its tiles need. Ragged lengths (0 and 1-tile requests beside long ones),
+# padding requests, absent pages, windows, and split counts from one slot a request (no room to
+# balance) to far more slots than tiles.
+@pytest.mark.parametrize("num_splits", [1, 2, 3, 8, 40])
+@pytest.mark.parametrize("window", [None, 100])
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_balanced_cut(rng, monkeypatch, num_splits, window, kv_dtype):
+    monkeypatch.setenv("MUSE_ATTN_LAUNCH", "balance_segments=1")
+    lens = [5000, 0, 9, 2056, 64, 4097, 130, 3000]
+    c = make_case(rng, 8, lens, P=LONG_P, window=window, bad_live=0.05, num_reqs=7,
+                  kv_dtype=kv_dtype)
+    assert jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, tokens_per_request=c.NQ,
+                                     num_splits=num_splits)["balance_segments"]
+    check_case(c, "ffi", num_splits=num_splits, what=f"balanced, splits {num_splits}")
+
+
 # The partial o is stored as bf16 (ffi/muse_attn/partials.h): a segment's o / l, a convex
 # combination of its V rows, is rounded once (to nearest even: relative error <= 2^-8), so the
 # output may move by at most 2^-8 max |V| beyond the other roundings. Standard-normal inputs hide

@@ -102,6 +102,21 @@ def test_ragged_drafts(rng, backend, window):
     assert o[0, :3].any()
 
 
+@pytest.mark.parametrize("tree", [False, True])
+@pytest.mark.parametrize("num_splits", [1, 3, 16])
+def test_balanced_cut_of_drafts(rng, monkeypatch, tree, num_splits):
+    """The balanced cut counts a request's tiles from its draft count (none without drafts), as
+    its split CTAs do."""
+    monkeypatch.setenv("MUSE_ATTN_LAUNCH", "balance_segments=1")
+    r = 5
+    counts = np.array([8, 0, 3, 5, 1], np.int32)
+    c = poison_rows(make_case(rng, r, LENS, P=64), counts)
+    kw = dict(draft_lens=counts)
+    if tree:
+        kw["tree_mask"], kw["draft_depths"] = random_trees(rng, r)
+    check(c, "ffi", f"balanced tree={tree}", run_kw=dict(num_splits=num_splits), **kw)
+
+
 @pytest.mark.parametrize("window,num_splits", [(None, None), (2, 2), (3, None), (5, 3), (40, 1),
                                                (300, 7)])
 def test_trees(rng, backend, window, num_splits):

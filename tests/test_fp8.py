@@ -340,7 +340,8 @@ def _raw_call(c, kv, ks, vs, kv_format, scale_kind):
                  num_splits=np.int32(2), num_reqs_static=np.int32(-1),
                  split_kernel=np.int32(_ffi.SPLIT_KERNELS.index(plan["split_kernel"])),
                  merge_warps=np.int32(plan["merge_warps"]), merge_pdl=np.int32(plan["merge_pdl"]),
-                 merge_by_lane=np.int32(plan["merge_by_lane"]), kv_format=np.int32(kv_format),
+                 merge_by_lane=np.int32(plan["merge_by_lane"]),
+                 balance_segments=np.int32(plan["balance_segments"]), kv_format=np.int32(kv_format),
                  scale_kind=np.int32(scale_kind))
     call = jax.ffi.ffi_call(_ffi.TARGET_NAME, out_types)
     return jax.block_until_ready(jax.jit(lambda *a: call(*a, **attrs)[0])(

@@ -38,6 +38,7 @@ PLANS = {
     "split_kernel=fill_ring": "four_tile",
     "split_kernel=pingpong": "two_tile or four_tile",
     "split_kernel=pingpong_two_pairs": "two_tile or four_tile",
+    "balance_segments=1": "merge_rows or balanced",
 }
 
 

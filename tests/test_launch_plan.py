@@ -4,6 +4,7 @@ verify_attention asks it, on any machine: the H200's plan of every config of the
 
 import itertools
 
+import numpy as np
 import pytest
 
 import h200_plans
@@ -188,11 +189,14 @@ def test_other_nvidia_gpus_run_neither_variant_by_default(major):
 
 
 def test_cpu_plan_is_its_split_count_alone():
+    """The CPU handler has one scheme: its split count, and the balanced cut only where an
+    override asks for it (so the CPU tests can run that cut)."""
     s = shapes(4, 8192)
     p = _ffi.launch_plan(s, "cpu", 0, "split_kernel=pingpong,merge_pdl=1")
     assert p == dict(num_splits=8, split_kernel="per_tile", merge_warps=1, merge_pdl=False,
-                     merge_by_lane=False)
+                     merge_by_lane=False, balance_segments=False)
     assert _ffi.launch_plan(s, "cpu", 5, "")["num_splits"] == 5
+    assert _ffi.launch_plan(s, "cpu", 0, "balance_segments=1")["balance_segments"] is True
 
 
 def _segments(num_tiles, splits):
@@ -314,3 +318,56 @@ def test_merge_warps_a_row(tmp_path_factory):
     assert dict(zip(want, ask([(s, g, 64, 132, 1) for s, g in want]))) == want
     want = {(64, 4): 8, (32, 8): 4, (33, 8): 4, (16, 16): 1}
     assert dict(zip(want, ask([(s, g, 64, 132, 2) for s, g in want]))) == want
+
+
+POOL_HARNESS = r"""
+#include <cstdio>
+#include <vector>
+#include "muse_attn/geometry.h"
+int main() {
+  int n, splits;
+  while (std::scanf("%d %d", &n, &splits) == 2) {
+    std::vector<int> t(n);
+    long long tiles = 0;
+    int most = 0;
+    for (int& x : t) {
+      std::scanf("%d", &x);
+      tiles += x;
+      most = x > most ? x : most;
+    }
+    const long long slots = 1LL * n * splits;
+    std::printf("%d\n", muse_attn::pool_length(tiles, most, slots, splits, [&](int len) {
+      long long s = 0;
+      for (int x : t) s += muse_attn::pool_segments(x, len);
+      return s <= slots;
+    }));
+  }
+  return 0;
+}
+"""
+
+
+def test_balanced_cut_length(tmp_path_factory):
+    """The balanced cut's segment length (muse_attn/geometry.h) against its definition: the
+    shortest length >= 2 whose segments fit R * splits slots; never longer than the own cut's
+    longest segment; equal lengths get the own cut's."""
+    from conftest import build_host_harness
+    import subprocess
+    exe = build_host_harness(tmp_path_factory, "pool_length", POOL_HARNESS)
+    rng = np.random.default_rng(3)
+    cases = [([33] * 64, 2), ([129] * 256, 3), ([0, 0, 5], 4), ([1], 1), ([2048, 1, 1, 1], 8)]
+    cases += [(list(rng.integers(0, 3000, size=rng.integers(1, 300))), int(rng.integers(1, 40)))
+              for _ in range(200)]
+    text = "".join(f"{len(t)} {s} {' '.join(map(str, t))}\n" for t, s in cases)
+    got = list(map(int, subprocess.run([exe], input=text, capture_output=True, text=True,
+                                       check=True).stdout.split()))
+
+    def fits(t, s, length):
+        return sum(-(-x // length) for x in t) <= len(t) * s
+
+    for (t, s), length in zip(cases, got):
+        own = max(-(-max(t) // s), 2)
+        want = next(n for n in range(2, own + 1) if fits(t, s, n))
+        assert length == want and length <= own, (t[:8], s, length, want, own)
+        if len(set(t)) == 1 and t[0] >= 2 * s:
+            assert length == -(-t[0] // s), (t[0], s, length)

@@ -231,7 +231,9 @@ def test_launch_plan_refuses_what_a_call_refuses():
                                     "pingpong_two_pairs"), plan
     assert plan["merge_warps"] in (1, 2, 4, 8) and isinstance(plan["merge_pdl"], bool), plan
     assert isinstance(plan["merge_by_lane"], bool), plan
-    assert set(plan) == {"num_splits", "split_kernel", "merge_warps", "merge_pdl", "merge_by_lane"}
+    assert isinstance(plan["balance_segments"], bool), plan
+    assert set(plan) == {"num_splits", "split_kernel", "merge_warps", "merge_pdl", "merge_by_lane",
+                         "balance_segments"}
     assert jax_muse_attn.launch_plan(*abstract)["num_splits"] >= 1
     if jax.default_backend() == "gpu":
         big = 65536  # R x Hkv past the GPU grid: verify_attention's message

@@ -88,7 +88,8 @@ for s in "${steps[@]}"; do
       # shellcheck disable=SC2086
       nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" ${KB_FLAGS:-} -o "$kb_bin" \
         -x cu "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" \
-        "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/kb_build.log" 2>&1 ||
+        "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/split_kernel_balanced.cu.cc" \
+        "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/kb_build.log" 2>&1 ||
         { echo "device_check: kernel_bench did not build:"; tail -n 20 "$LOGS/kb_build.log"; }
       # shellcheck disable=SC2086
       TAIL_LINES=${TAIL_LINES:-12} run_step kb 120 "$kb_bin" ${KB_ARGS:-} ;;

@@ -125,6 +125,8 @@ if os.environ.get("SANITIZE_QUICK"):  # a short set for slow tools: one case of 
     ok &= case(6, [900, 40, 2100, 7, 0, 300], 140, window=256, num_reqs=5, drafts=True)
     ok &= case(3, [2100, 99999, 700], 160, bad_ids=True, fp8=("float8_e4m3fnuz", "tensor"),
                launch="split_kernel=pingpong_two_pairs", num_splits=3)
+    ok &= case(5, [4000, 0, 130, 99999, 900], 256, bad_ids=True, num_reqs=4,
+               launch="balance_segments=1,split_kernel=pingpong_two_pairs", num_splits=3)
     print("ALL OK" if ok else "FAILURES")
     sys.exit(0 if ok else 1)
 ok &= case(1, [700], 48)
@@ -147,5 +149,16 @@ ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, window=5, num_reqs=5, bad_ids=
 ok &= case(6, [2000, 130, 64, 999, 17, 600], 128, window=300, drafts=True, fp8=("float8_e4m3fn", "token"))
 ok &= case(6, [2000, 130, 64, 999, 17, 600], 128, hq=8, hkv=1, d=128, drafts=True,
            fp8=("float8_e4m3fnuz", "tensor"))
+# The balanced cut: a request's segments in the batch's pool slots (per_tile, both ping-pong
+# kernels, FP8, drafts, D = 128), with padding, empty requests and bad ids.
+ok &= case(5, [4000, 0, 130, 99999, 900], 256, bad_ids=True, num_reqs=4, launch="balance_segments=1",
+           num_splits=3)
+ok &= case(5, [4000, 0, 130, 99999, 900], 256, window=700, launch="balance_segments=1,split_kernel=pingpong",
+           num_splits=2, fp8=("float8_e4m3fn", "token"))
+ok &= case(5, [4000, 0, 130, 3000, 900], 256, launch="balance_segments=1,split_kernel=pingpong_two_pairs",
+           num_splits=5)
+ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, num_reqs=5, drafts=True, launch="balance_segments=1",
+           num_splits=4)
+ok &= case(2, [513, 1500], 96, hq=8, hkv=1, d=128, launch="balance_segments=1", num_splits=3)
 print("ALL OK" if ok else "FAILURES")
 sys.exit(0 if ok else 1)

@@ -22,7 +22,7 @@ def test_kernel_bench_builds(nvcc, tmp_path):
     _build([nvcc, "-O1", "-std=c++17", "-arch=sm_90a", "-I", os.path.join(ROOT, "ffi"), "-o", str(out),
             "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
             os.path.join(gpu, "split_kernel.cu.cc"), os.path.join(gpu, "split_kernel_fp8.cu.cc"),
-            os.path.join(gpu, "merge_kernel.cu.cc"),
+            os.path.join(gpu, "split_kernel_balanced.cu.cc"), os.path.join(gpu, "merge_kernel.cu.cc"),
             os.path.join(gpu, "device_query.cc")])
     assert out.exists()
 

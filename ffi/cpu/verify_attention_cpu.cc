@@ -318,15 +318,20 @@ MUSE_CPU_INLINE void accumulate_pv(const float* pb, const float* v, float factor
 }
 
 template <int D>
-MUSE_CPU_INLINE void store_partials(const Problem& p, const Inputs& in, int group, int seg,
+MUSE_CPU_INLINE void store_partials(const Problem& p, const Inputs& in, int64_t slot,
                                     const Scratch& sc) {
   const PartialsLayout lay = p.partials();
   for (int row = 0; row < p.rows(); ++row) {
-    uint16_t* po = in.part_o + lay.o_offset(group, seg, row);
+    uint16_t* po = in.part_o + lay.o_offset(slot, row);
     for (int d = 0; d < D; ++d) po[d] = f32_to_bf16(sc.o[row * D + d]);  // as the GPU stores it
-    in.part_ml[lay.ml_offset(group, seg, row)] = sc.state[row].m;
-    in.part_ml[lay.ml_offset(group, seg, row) + 1] = sc.state[row].l;
+    in.part_ml[lay.ml_offset(slot, row)] = sc.state[row].m;
+    in.part_ml[lay.ml_offset(slot, row) + 1] = sc.state[row].l;
   }
+}
+
+// The slot of segment 0 of group (r, kvh) (partials.h).
+int64_t first_slot(const Problem& p, const RequestGeometry& g, int r, int kvh) {
+  return p.partials().first_slot(r, kvh, p.num_kv_heads, p.num_requests, g.pool_first);
 }
 
 // One segment of group (r, kvh): tiles [t0, t1) -> partials of the group's rows.
@@ -368,7 +373,7 @@ MUSE_CPU_INLINE void split_segment(const Problem& p, const Inputs& in, const Req
       accumulate_pv<D>(pb, sc.v, factor, sc.o + row * D);
     }
   }
-  store_partials<D>(p, in, r * p.num_kv_heads + kvh, seg, sc);
+  store_partials<D>(p, in, first_slot(p, g, r, kvh) + seg, sc);
 }
 
 // The split of one segment for a head dim and a cache format fixed at compile time (every
@@ -418,22 +423,23 @@ constexpr int kMaxHeadDim = 128;
 // Combines the group's segments into its output rows (bf16) and, when asked, their lse.
 void merge_group(const Problem& p, const Inputs& in, const RequestGeometry& g, int r, int kvh) {
   const PartialsLayout lay = p.partials();
-  const int group = r * p.num_kv_heads + kvh, d_dim = p.head_dim;
+  const int64_t first = first_slot(p, g, r, kvh);
+  const int d_dim = p.head_dim;
   const QueryLayout ql{p.tokens, p.num_q_heads, FastDiv(p.qpk), d_dim};
   for (int row = 0; row < p.rows(); ++row) {
     MergeState ms{neg_inf()};
     for (int seg = 0; seg < g.num_segments; ++seg) {
-      const float m = in.part_ml[lay.ml_offset(group, seg, row)];
+      const float m = in.part_ml[lay.ml_offset(first + seg, row)];
       ms.m_max = m > ms.m_max ? m : ms.m_max;
     }
     float acc[kMaxHeadDim] = {};
     float l_sum = 0.0f;
     if (ms.m_max != neg_inf()) {
       for (int seg = 0; seg < g.num_segments; ++seg) {
-        const float w = ms.weight(in.part_ml[lay.ml_offset(group, seg, row)]);
+        const float w = ms.weight(in.part_ml[lay.ml_offset(first + seg, row)]);
         if (w == 0.0f) continue;
-        l_sum += w * in.part_ml[lay.ml_offset(group, seg, row) + 1];
-        const uint16_t* po = in.part_o + lay.o_offset(group, seg, row);
+        l_sum += w * in.part_ml[lay.ml_offset(first + seg, row) + 1];
+        const uint16_t* po = in.part_o + lay.o_offset(first + seg, row);
         for (int d = 0; d < d_dim; ++d) acc[d] += w * bf16_to_f32(po[d]);
       }
     }
@@ -481,6 +487,27 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, const Work& work) {
 }
 
 // ------------------------------------------------------------------------ the handler
+
+// The balanced cut (geometry.h) of every request's geometry, as the GPU kernels work it out.
+void cut_balanced(const Problem& p, std::vector<RequestWork>& work) {
+  int64_t tiles = 0;
+  int most = 0;
+  for (const RequestWork& w : work) {
+    tiles += request_tiles(w.g);
+    most = max_i(most, request_tiles(w.g));
+  }
+  const int64_t slots = int64_t{p.num_requests} * p.num_splits;
+  const int len = pool_length(tiles, most, slots, p.num_splits, [&](int l) {
+    int64_t n = 0;
+    for (const RequestWork& w : work) n += pool_segments(request_tiles(w.g), l);
+    return n <= slots;
+  });
+  int first = 0;
+  for (RequestWork& w : work) {
+    cut_from_pool(&w.g, len, first);
+    first += w.g.num_segments;
+  }
+}
 
 struct Unit {
   int r, kvh, seg;
@@ -554,6 +581,7 @@ ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::Bu
     w.read_bits = tree_read_bits(rows, w.count);
     tree_whole_tiles(w.g.ctx, max_depth, p.window, &w.whole_lo, &w.whole_hi);
   }
+  if (p.balance_segments) cut_balanced(p, work);
 
   // Units in group order; a group without keys still gets one (its merge writes zero rows).
   // pending[group]: its units not yet done; the one that finishes last merges the group.
@@ -595,13 +623,14 @@ ffi::Error verify_attention_cpu(ffi::ThreadPool pool,
                                 int32_t num_splits, int32_t num_reqs_static,
                                 int32_t /*split_kernel*/, int32_t /*merge_warps*/,
                                 int32_t /*merge_pdl*/, int32_t /*merge_by_lane*/,
-                                int32_t kv_format, int32_t scale_kind) {
+                                int32_t balance_segments, int32_t kv_format, int32_t scale_kind) {
   Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
                                    seq_lens.dimensions(), part_o->dimensions(),
                                    part_ml->dimensions(), scale, window, tokens, num_splits,
                                    num_reqs_static, &p);
   if (status.failure()) return status;
+  p.balance_segments = balance_segments != 0;
   status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
                            kv_format, scale_kind, &p);
   if (status.failure()) return status;
@@ -621,7 +650,8 @@ ffi::Error verify_attention_drafts_cpu(
     ffi::ResultBufferR4<ffi::BF16> part_o, ffi::ResultBufferR4<ffi::F32> part_ml, float scale,
     int32_t window, int32_t tokens, int32_t num_splits, int32_t num_reqs_static,
     int32_t /*split_kernel*/, int32_t /*merge_warps*/, int32_t /*merge_pdl*/,
-    int32_t /*merge_by_lane*/, int32_t kv_format, int32_t scale_kind, int32_t draft_kind,
+    int32_t /*merge_by_lane*/, int32_t balance_segments, int32_t kv_format, int32_t scale_kind,
+    int32_t draft_kind,
     int32_t return_lse) {
   Problem p{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(), block_table.dimensions(),
@@ -629,6 +659,7 @@ ffi::Error verify_attention_drafts_cpu(
                                    part_ml->dimensions(), scale, window, tokens, num_splits,
                                    num_reqs_static, &p);
   if (status.failure()) return status;
+  p.balance_segments = balance_segments != 0;
   status = check_kv_format(kv_cache.element_type(), k_scale.dimensions(), v_scale.dimensions(),
                            kv_format, scale_kind, &p);
   if (status.failure()) return status;

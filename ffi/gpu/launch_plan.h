@@ -132,6 +132,8 @@ struct Plan {
   int merge_warps = 1;         // warps that fold one output row's segments (1, 2, 4, 8)
   bool merge_pdl = false;      // the merge is a programmatic dependent launch of the split kernel
   bool merge_by_lane = false;  // a segment's (m, l) loaded and weighed by one lane, not every lane
+  bool balance_segments = false;  // the balanced cut (muse_attn/geometry.h): segments sized by
+                                  // the batch's lengths on the device, not request by request
 };
 
 // Debug overrides of a GPU plan (MUSE_ATTN_LAUNCH, parse_overrides); -1 / 0: not overridden.
@@ -143,10 +145,11 @@ struct Overrides {
   int merge_warps = 0;
   int merge_pdl = -1;
   int merge_by_lane = -1;
+  int balance_segments = -1;
 };
 
 // ---- Overrides: "key=value,..." with split_kernel=<name>, merge_warps=1|2|4|8, merge_pdl=0|1,
-// merge_by_lane=0|1. Returns "" or what is wrong.
+// merge_by_lane=0|1, balance_segments=0|1. Returns "" or what is wrong.
 inline std::string parse_overrides(const std::string& text, Overrides* out) {
   Overrides o;
   size_t pos = 0;
@@ -182,8 +185,11 @@ inline std::string parse_overrides(const std::string& text, Overrides* out) {
       err = bit(&o.merge_pdl);
     } else if (key == "merge_by_lane") {
       err = bit(&o.merge_by_lane);
+    } else if (key == "balance_segments") {
+      err = bit(&o.balance_segments);
     } else {
-      err = "unknown key '" + key + "' (split_kernel, merge_warps, merge_pdl, merge_by_lane)";
+      err = "unknown key '" + key +
+            "' (split_kernel, merge_warps, merge_pdl, merge_by_lane, balance_segments)";
     }
     if (!err.empty()) return err;
   }
@@ -231,10 +237,21 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
                     const Overrides& o) {
   Plan p;
   p.num_splits = num_splits;
-  if (d.vendor == Vendor::kCpu) return p;  // one scheme; nothing to choose
+  // The balanced cut for full attention where segments are long enough that working it out (a
+  // pass over seq_lens in every CTA, longer with more requests) costs little beside them, and a
+  // batch has requests to balance (a window evens a batch's lengths out). Not on AMD nor for an
+  // FP8 cache at D = 128 (gpu/segment_pool.h says why).
+  const int64_t tiles = max_segment_tiles(s, num_splits);
+  p.balance_segments = d.vendor != Vendor::kAmd && !(s.kv_fp8 && s.head_dim == 128) &&
+                       (o.balance_segments >= 0
+                            ? o.balance_segments == 1
+                            : d.vendor == Vendor::kNvidia && s.window == 0 && s.num_requests > 1 &&
+                                  s.num_requests <= t.balance_max_requests && num_splits > 1 &&
+                                  tiles >= t.balance_min_segment_tiles);
+  if (d.vendor == Vendor::kCpu) return p;  // one scheme; nothing more to choose
   const bool nvidia = d.vendor == Vendor::kNvidia, sm90 = nvidia && d.compute_major == 9;
   const int sms = d.multiprocessors;
-  const int64_t ctas = split_ctas(s, num_splits), tiles = max_segment_tiles(s, num_splits);
+  const int64_t ctas = split_ctas(s, num_splits);
   const bool few_ctas = sms > 0 && ctas <= int64_t{t.merge_max_split_ctas_per_sm} * sms;
 
   int forced = o.split_kernel;  // where the forced kernel can run (else the default choice)
@@ -289,6 +306,15 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     const bool ring = sm90 && s.head_dim == 64 && !s.drafts && !s.kv_fp8 && merge_fits &&
                       tiles == split_stages(Vendor::kNvidia, 64);
     p.split_kernel = ring ? SplitKernel::kFillRing : SplitKernel::kPerTile;
+  }
+  // The balanced cut's segments are of any length: no two_tile or fill_ring under it. A forced
+  // kernel of those turns the default cut off; both forced, per_tile.
+  if (p.balance_segments &&
+      (p.split_kernel == SplitKernel::kTwoTile || p.split_kernel == SplitKernel::kFillRing)) {
+    if (o.balance_segments == 1)
+      p.split_kernel = SplitKernel::kPerTile;
+    else
+      p.balance_segments = false;
   }
   return p;
 }

@@ -20,6 +20,7 @@
 #include "gpu/kernels.h"
 #include "gpu/launch_plan.h"
 #include "gpu/partial_o_order.h"
+#include "gpu/segment_pool.h"
 #include "gpu/vendor.h"
 #include "muse_attn/geometry.h"
 #include "muse_attn/mask.h"
@@ -259,12 +260,19 @@ __device__ __forceinline__ void store_bf16(uint16_t* dst, const float (&x)[E], f
 // (fold_every_lane); the launch plan's merge_by_lane.
 // kDrafts: the drafts target: the request's geometry from its draft count (as its split CTAs
 // have it), and each row's lse written where p.lse is set.
-template <int D, int W, bool kDependent, bool kByLane, bool kDrafts = false>
-__global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(VerifyParams p) {
+// kBalanced: the plan's balanced cut (segment_pool.h): the request's segments and first slot from
+// the batch's lengths (merge_kernel_balanced only).
+template <int D, int W, bool kDependent, bool kByLane, bool kDrafts, bool kBalanced>
+__device__ __forceinline__ void run_merge(const VerifyParams& p) {
   static_assert(W >= 1 && W <= kMergeMaxWarps && (W & (W - 1)) == 0, "a power of 2");
   static_assert(D % kWarpSize == 0, "a lane holds whole elements of the row");
   constexpr int E = D / kWarpSize;   // elements of the row a lane holds (bf16 in, fp32 folded)
   constexpr int kRows = merge_rows_per_cta(W, kWarpSize);  // rows a CTA
+  // The balanced cut (segment_pool.h), as the split CTAs work it out; first, while nothing else
+  // is live.
+  if constexpr (kBalanced)
+    pool_first_slot(p, kDrafts && p.draft_kind != static_cast<int>(DraftKind::kChain),
+                    blockIdx.y / p.num_kv_heads);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int wr = warp % W;            // the warp's share of the row's segments
   const int slot = warp / W;          // the row's slot in the CTA
@@ -282,16 +290,19 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   }
   const int seq_len_found = req < real ? p.seq_lens[req] : 0;
   const int raw_len = !kDrafts || count > 0 ? seq_len_found : 0;
-  const RequestGeometry g =
-      request_geometry(raw_len, p.pages * kPageSize, count, p.window, p.num_splits);
+  RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window, p.num_splits);
+  if constexpr (kBalanced) cut_from_pool(&g, lds_value(pool_word()[0]), lds_value(pool_word()[1]));
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
+  const int64_t slot0 =
+      kBalanced ? lay.first_slot(req, kvh, p.num_kv_heads.divisor(), p.num_requests, g.pool_first)
+                : int64_t{group} * lay.num_splits;
   // Rows of tokens past the count: no segment read (their partials are whatever the split CTAs
   // computed for rows no draft owns), so a zero row and lse -inf.
   const int nseg = row_ok && (!kDrafts || row < count * p.qpk.divisor()) ? g.num_segments : 0;
   const int r = row_ok ? row : 0;
   // Where the row's partials are and where it goes: worked out before the wait.
-  const uint16_t* const o_src = p.part_o + lay.o_offset(group, 0, r) + E * lane;
-  const float* const ml_src = p.part_ml + lay.ml_offset(group, 0, r);
+  const uint16_t* const o_src = p.part_o + lay.o_offset(slot0, r) + E * lane;
+  const float* const ml_src = p.part_ml + lay.ml_offset(slot0, r);
   const int64_t o_seg = int64_t{p.rows} * D, ml_seg = int64_t{p.rows} * 2;  // a segment further
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   uint16_t* const dst = p.out + ql.row_offset(req, kvh, r) + partial_o_swap(E * lane);
@@ -335,13 +346,42 @@ __global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(Veri
   }
 }
 
-// The merge kernel of a plan's weighing (one lane or every lane a segment), as a programmatic
-// dependent of the split kernel or not, of the chain or the drafts target.
-template <int D, int W, bool kDependent>
+// The entry points: the group's own cut (the merge every plan but the balanced cut's runs), and
+// the balanced cut's, whose pass over seq_lens takes registers the bound of the first would
+// spill (ptxas aims it at 64 a thread).
+template <int D, int W, bool kDependent, bool kByLane, bool kDrafts = false>
+__global__ void __launch_bounds__(merge_threads(W, kWarpSize)) merge_kernel(VerifyParams p) {
+  run_merge<D, W, kDependent, kByLane, kDrafts, false>(p);
+}
+template <int D, int W, bool kDependent, bool kByLane, bool kDrafts>
+__global__ void __launch_bounds__(merge_threads(W, kWarpSize), 1) merge_kernel_balanced(VerifyParams p) {
+  run_merge<D, W, kDependent, kByLane, kDrafts, true>(p);
+}
+
+// The merge kernel of a plan's weighing (one lane or every lane a segment) and cut (balanced or
+// the group's own), as a programmatic dependent of the split kernel or not, of the chain or the
+// drafts target.
+template <int D, int W, bool kDependent, bool kBalanced>
 auto merge_kernel_for(bool by_lane, bool drafts) {
-  if (drafts)
-    return by_lane ? merge_kernel<D, W, kDependent, true, true> : merge_kernel<D, W, kDependent, false, true>;
-  return by_lane ? merge_kernel<D, W, kDependent, true> : merge_kernel<D, W, kDependent, false>;
+  if constexpr (kBalanced) {
+    if (drafts)
+      return by_lane ? merge_kernel_balanced<D, W, kDependent, true, true>
+                     : merge_kernel_balanced<D, W, kDependent, false, true>;
+    return by_lane ? merge_kernel_balanced<D, W, kDependent, true, false>
+                   : merge_kernel_balanced<D, W, kDependent, false, false>;
+  } else {
+    if (drafts)
+      return by_lane ? merge_kernel<D, W, kDependent, true, true>
+                     : merge_kernel<D, W, kDependent, false, true>;
+    return by_lane ? merge_kernel<D, W, kDependent, true> : merge_kernel<D, W, kDependent, false>;
+  }
+}
+template <int D, int W, bool kDependent>
+auto merge_kernel_for(const Plan& plan, bool drafts) {
+  if constexpr (kVendor == Vendor::kNvidia) {
+    if (plan.balance_segments) return merge_kernel_for<D, W, kDependent, true>(plan.merge_by_lane, drafts);
+  }
+  return merge_kernel_for<D, W, kDependent, false>(plan.merge_by_lane, drafts);
 }
 
 // A drafts-target call (its draft operands or its lse): p.draft_kind or p.lse set.
@@ -366,10 +406,10 @@ gpuError_t launch_merge_d(const VerifyParams& p, const Plan& plan, gpuStream_t s
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, merge_kernel_for<D, W, true>(plan.merge_by_lane, is_drafts_call(p)), p);
+    return cudaLaunchKernelEx(&cfg, merge_kernel_for<D, W, true>(plan, is_drafts_call(p)), p);
   }
 #endif
-  const auto kernel = merge_kernel_for<D, W, false>(plan.merge_by_lane, is_drafts_call(p));
+  const auto kernel = merge_kernel_for<D, W, false>(plan, is_drafts_call(p));
   MUSE_GPU_LAUNCH(kernel, grid, kThreads, 0, stream, p);
   return gpuGetLastError();
 }

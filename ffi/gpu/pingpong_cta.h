@@ -62,7 +62,7 @@ inline constexpr int kPpMinCtasPerSm = 1;
 // barriers (4, and a fifth where kPaired: the hand-over, __syncthreads() in a CTA of one pair).
 // kFp8: an FP8 cache (kv_tile.h, staged form): each landed tile is dequantized by its team into
 // the team's bf16 tile (under the other team's MMAs and softmax), then as for bf16.
-template <int D, int kBar, bool kPaired, bool kFp8>
+template <int D, int kBar, bool kPaired, bool kFp8, bool kBalanced = false>
 __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const smem, const int tid,
                                             const SplitCta c) {
   using Warp = WarpAttention<D>;
@@ -83,8 +83,9 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   const QTile<D, kMaxRows> q_tile{smem + 2 * kTeamBytes + team * QTile<D, kMaxRows>::kBytes};
   stage_query_rows<D, kTeamThreads>(p, c, q_tile, ttid, p.rows);  // each team its own copy
   Warp w(lane);
-  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
-                                             p.num_splits);
+  RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, p.tokens, p.window,
+                                       p.num_splits);
+  if constexpr (kBalanced) cut_from_pool(&g, c.pool_len, 0);
   int t0, t1;
   segment_tiles(g, c.seg, &t0, &t1);
   if (t0 >= t1) {
@@ -215,7 +216,10 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     return;
   }
 
-  write_partials(p, w, st, c.group, c.seg, row0);
+  write_partials(p, w, st,
+                 kPaired ? partial_slot<kBalanced, 2>(p, c, threadIdx.x / kPpThreads)
+                         : partial_slot<kBalanced>(p, c),
+                 row0);
 }
 
 __device__ __forceinline__ char* pp_smem_aligned() {
@@ -226,27 +230,30 @@ __device__ __forceinline__ char* pp_smem_aligned() {
 
 // The ping-pong split kernel (the plan picks it where segments are long): one pair a CTA, 256
 // threads, 2 CTAs an SM. Instantiated by the file of its cache kind (kFp8).
-template <int D, bool kFp8>
+template <int D, bool kFp8, bool kBalanced = false>
 __global__ void __launch_bounds__(kPpThreads, kPpMinCtasPerSm) split_kernel_pingpong(VerifyParams p) {
   grid_launch_dependents();
-  run_pp_pair<D, 1, false, kFp8>(p, pp_smem_aligned(), threadIdx.x, split_cta(p));
+  char* const smem = pp_smem_aligned();
+  run_pp_pair<D, 1, false, kFp8, kBalanced>(p, smem, threadIdx.x,
+                                            split_cta<1, kBalanced>(p, false, smem));
 }
 
 // Two pairs a CTA, one CTA an SM, each pair on its own segment (2 x, 2 x + 1): the work of
 // split_kernel_pingpong's two CTAs an SM, without a CTA placed second on its SM (which runs
 // slower than the first). Launched with grid x = ceil(S / 2); a pair whose segment is past the
 // group's ends at once (each pair has its own barriers: 1-5, 6-10).
-template <int D, bool kFp8>
+template <int D, bool kFp8, bool kBalanced = false>
 __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pingpong_two_pairs(VerifyParams p) {
 #if defined(MUSE_ATTN_WGMMA)
   grid_launch_dependents();
-  SplitCta c = split_cta(p);
+  char* const smem = pp_smem_aligned();
   const int pair = threadIdx.x / kPpThreads;
-  c.seg = 2 * static_cast<int>(blockIdx.x) + pair;
+  const SplitCta c = split_cta<2, kBalanced>(p, false, smem, pair);
   if (pair == 0)
-    run_pp_pair<D, 1, true, kFp8>(p, pp_smem_aligned(), threadIdx.x, c);
+    run_pp_pair<D, 1, true, kFp8, kBalanced>(p, smem, threadIdx.x, c);
   else
-    run_pp_pair<D, 6, true, kFp8>(p, pp_smem_aligned() + pp_pair_bytes<D, kFp8>(), threadIdx.x - kPpThreads, c);
+    run_pp_pair<D, 6, true, kFp8, kBalanced>(p, smem + pp_pair_bytes<D, kFp8>(),
+                                             threadIdx.x - kPpThreads, c);
 #else
   // Only the warpgroup MMA's build has it (the mma.sync path spills at 128 registers). This stub
   // is never launched: its static shared word marks it for pingpong_two_pairs_loaded() (the real
@@ -258,14 +265,15 @@ __global__ void __launch_bounds__(2 * kPpThreads, 1) split_kernel_pingpong_two_p
 }
 
 // Launches the ping-pong kernel of a cache kind at D = 64, one pair or two a CTA.
-template <bool kFp8>
+template <bool kFp8, bool kBalanced = false>
 gpuError_t launch_pingpong(const VerifyParams& p, bool two_pairs, gpuStream_t stream) {
   static std::atomic<uint64_t> done_one_pair{0}, done_two_pairs{0};
   if (two_pairs)
-    return launch_with_smem(split_kernel_pingpong_two_pairs<64, kFp8>, done_two_pairs, split_grid_two_pairs(p),
-                            2 * kPpThreads, pp_smem_bytes<64, kFp8>() + pp_pair_bytes<64, kFp8>(), p, stream);
-  return launch_with_smem(split_kernel_pingpong<64, kFp8>, done_one_pair, split_grid(p), kPpThreads,
-                          pp_smem_bytes<64, kFp8>(), p, stream);
+    return launch_with_smem(split_kernel_pingpong_two_pairs<64, kFp8, kBalanced>, done_two_pairs,
+                            split_grid_two_pairs(p), 2 * kPpThreads,
+                            pp_smem_bytes<64, kFp8>() + pp_pair_bytes<64, kFp8>(), p, stream);
+  return launch_with_smem(split_kernel_pingpong<64, kFp8, kBalanced>, done_one_pair, split_grid(p),
+                          kPpThreads, pp_smem_bytes<64, kFp8>(), p, stream);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "gpu/kv_tile.h"
 #include "gpu/launch_plan.h"
 #include "gpu/partial_o_order.h"
+#include "gpu/segment_pool.h"
 #include "gpu/vendor.h"
 #include "gpu/warp_mma.h"
 #include "muse_attn/geometry.h"
@@ -70,19 +71,48 @@ static_assert(split_smem_bytes<64>() == amd_split_lds_bytes(64) &&
               "the AMD table's split LDS bytes");
 #endif
 
-// The split grid's CTA (launchers below): segment blockIdx.x of group blockIdx.y, the group's
-// (request, KV head), and its block of kMaxRows query rows blockIdx.z.
+// The split grid's CTA (launchers below): slot x = kPairs blockIdx.x + pair of group blockIdx.y
+// = (request r, KV head), and its block of kMaxRows query rows blockIdx.z. The group's own cut:
+// segment x of request r. kBalanced, the balanced cut (segment_pool.h; its own kernels, NVIDIA):
+// the KV head's pool slot r S + x, and whichever request and segment the batch's cut puts there;
+// every thread of the CTA calls it then (it meets at barriers), scratch: shared memory no copy
+// has been issued to yet.
 struct SplitCta {
   int seg, group, req, kvh, block_row0;
+  int pool_len;  // the balanced cut's segment length; 0: the group's own cut
 };
-__device__ __forceinline__ SplitCta split_cta(const VerifyParams& p) {
+template <int kPairs = 1, bool kBalanced = false>
+__device__ __forceinline__ SplitCta split_cta(const VerifyParams& p, bool counted = false,
+                                              char* scratch = nullptr, int pair = 0) {
   SplitCta c;
-  c.seg = blockIdx.x;
+  c.seg = kPairs * static_cast<int>(blockIdx.x) + pair;
   c.group = blockIdx.y;
   c.req = c.group / p.num_kv_heads;
   c.kvh = c.group - c.req * p.num_kv_heads.divisor();
   c.block_row0 = kMaxRows * blockIdx.z;
+  c.pool_len = 0;
+  if constexpr (kBalanced) {
+    const int splits = p.num_splits.divisor();
+    const int64_t slot0 = int64_t{c.req} * splits + kPairs * static_cast<int>(blockIdx.x);
+    const PoolSlot s = pool_slot<kPairs>(p, counted, slot0, pair, reinterpret_cast<int*>(scratch));
+    c.req = c.seg < splits ? s.req : p.num_requests;  // a second pair's slot past the group's: none
+    c.seg = s.seg;
+    c.pool_len = s.len;
+  }
   return c;
+}
+// Where the partial of a CTA's segment goes (partials.h): the group's own slot, or (kBalanced)
+// the CTA's pool slot, worked out from the grid at the end rather than held across the loop.
+template <bool kBalanced, int kPairs = 1>
+__device__ __forceinline__ int64_t partial_slot(const VerifyParams& p, const SplitCta& c,
+                                                int pair = 0) {
+  if constexpr (!kBalanced) {
+    return int64_t{c.group} * p.num_splits.divisor() + c.seg;
+  } else {
+    const int x = kPairs * static_cast<int>(blockIdx.x) + pair;
+    return (int64_t{c.kvh} * p.num_requests + blockIdx.y / p.num_kv_heads) *
+               p.num_splits.divisor() + x;
+  }
 }
 
 // The CTA's query rows into q_tile by kStageThreads threads (tid: the thread's index among
@@ -314,7 +344,7 @@ __device__ __forceinline__ void softmax_and_accumulate_pair(WarpAttention<D>& w,
 // written. The addresses once, the stores predicated (no branch a store).
 template <int D, int R>
 __device__ __forceinline__ void write_partials(const VerifyParams& p, const WarpAttention<D>& w,
-                                               const SoftmaxState (&st)[R], int group, int seg,
+                                               const SoftmaxState (&st)[R], int64_t slot,
                                                int row0) {
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};
   bool row_ok[R];
@@ -323,7 +353,7 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
   for (int rr = 0; rr < R; ++rr) {
     const int row = row0 + w.row_of(rr);
     row_ok[rr] = row < p.rows;
-    o_row[rr] = p.part_o + lay.o_offset(group, seg, row_ok[rr] ? row : 0);
+    o_row[rr] = p.part_o + lay.o_offset(slot, row_ok[rr] ? row : 0);
   }
   float l_row[R];
 #pragma unroll
@@ -332,7 +362,7 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
 #pragma unroll
     for (int rr = 0; rr < R; ++rr) {
       if (!row_ok[rr]) continue;
-      float* ml = p.part_ml + lay.ml_offset(group, seg, row0 + w.row_of(rr));
+      float* ml = p.part_ml + lay.ml_offset(slot, row0 + w.row_of(rr));
       ml[0] = st[rr].m;
       ml[1] = l_row[rr];
     }
@@ -362,6 +392,16 @@ inline constexpr int kMinCtasPerSm = D == 64 ? 3 : 1;
 template <int D>
 inline constexpr int kMinCtasPerSm = 1;
 #endif
+// The drafts target's FP8 kernels' bound: at D = 64 on the mma.sync path (no warpgroup MMA) the FP8 stage, the
+// drafts' mask and the math need more than the 3-an-SM bound's 168 registers: 2 CTAs an SM.
+#if defined(MUSE_ATTN_CUDA) && !defined(MUSE_ATTN_WGMMA)
+template <int D>
+inline constexpr int kDraftsFp8MinCtasPerSm = D == 64 ? 2 : kMinCtasPerSm<D>;
+#else
+template <int D>
+inline constexpr int kDraftsFp8MinCtasPerSm = kMinCtasPerSm<D>;
+#endif
+
 // kTwoTile: a segment of exactly two tiles is taken as one 128-key step (the warpgroup MMA only;
 // elsewhere tile by tile). An entry point of its own because the step costs registers, and so
 // time, where segments are longer. On sm_90a it is capped at kTwoTileMaxRegs (__maxnreg__, which
@@ -382,16 +422,18 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 // its own register bound. kFillRing: a segment of exactly kStages tiles issues its last tile's
 // copies in the prologue too, so every copy is issued before the first wait.
 // kFp8: the cache is FP8 (kv_tile.h: each tile dequantized into bf16, then as for bf16).
+// kBalanced: the balanced cut (split_cta above; split_kernel_balanced.cu.cc's entry points).
 // kDrafts: the drafts target's kind (mask.h; p.draft_kind is the same): the request's count of
 // drafts sets its geometry; Q rows past it are not read, and their partials not by the merge. A
 // ragged chain is a chain of `count` tokens and takes the chain's mask; a tree's rows are masked
 // by their DraftRow.
 template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false,
-          DraftKind kDrafts = DraftKind::kChain>
+          DraftKind kDrafts = DraftKind::kChain, bool kBalanced = false>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   constexpr bool kCounted = kDrafts != DraftKind::kChain, kTree = kDrafts == DraftKind::kTree;
   static_assert(!(kFp8 && (kTwoTile || kFillRing)), "FP8 tiles one at a time");
   static_assert(!(kCounted && kFillRing), "no fill ring for the drafts target");
+  static_assert(!(kBalanced && (kTwoTile || kFillRing)), "the balanced cut's segments vary");
   MUSE_DYNAMIC_SHARED(smem_raw);
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -406,7 +448,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   constexpr bool kStagedFp8 = kFp8 && kFp8Staged;
 
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
-  const SplitCta c = split_cta(p);
+  const SplitCta c = split_cta<1, kBalanced>(p, kCounted, smem);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
   // Drafts: the request's count (its rows past it are not read; no keys without one), loaded
@@ -422,8 +464,9 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   const QTile<D, kMaxRows> q_tile{smem + split_stages_bytes<D, kFp8>()};
   stage_query_rows<D, kThreads>(p, c, q_tile, tid, kCounted ? count * p.qpk.divisor() : p.rows);
   Warp w(lane);
-  const RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window,
-                                             p.num_splits);
+  RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window,
+                                       p.num_splits);
+  if constexpr (kBalanced) cut_from_pool(&g, c.pool_len, 0);
   int t0, t1;
   segment_tiles(g, c.seg, &t0, &t1);
   if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
@@ -656,7 +699,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
   copy_wait<0>();
 
-  write_partials(p, w, st, c.group, c.seg, row0);
+  write_partials(p, w, st, partial_slot<kBalanced>(p, c), row0);
 }
 
 // Raises a kernel's dynamic shared-memory limit once a device (the attribute is per device;

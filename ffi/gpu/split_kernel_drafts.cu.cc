@@ -25,16 +25,6 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>)
   run_split_cta<D, true, false, false, K>(p);
 }
 
-// The FP8 kernel's bound: at D = 64 on the mma.sync path (no warpgroup MMA) the FP8 stage, the
-// drafts' mask and the math need more than the 3-an-SM bound's 168 registers: 2 CTAs an SM.
-#if defined(MUSE_ATTN_CUDA) && !defined(MUSE_ATTN_WGMMA)
-template <int D>
-inline constexpr int kDraftsFp8MinCtasPerSm = D == 64 ? 2 : kMinCtasPerSm<D>;
-#else
-template <int D>
-inline constexpr int kDraftsFp8MinCtasPerSm = kMinCtasPerSm<D>;
-#endif
-
 template <int D, DraftKind K>
 __global__ void __launch_bounds__(kThreads, kDraftsFp8MinCtasPerSm<D>) split_kernel_drafts_fp8(VerifyParams p) {
   run_split_cta<D, false, false, true, K>(p);

@@ -32,6 +32,9 @@ struct Tuning {
   int merge_warp_segments;         // widen a row's warps while each folds more than this many
   int merge_by_lane_segments;      // weigh a segment on one lane while a warp folds <= this many
   int merge_ctas_per_sm_beside_pingpong;  // merge CTAs an SM the widening may reach there (else 1)
+  // Segments.
+  int balance_min_segment_tiles;   // the balanced cut where the plan's segments are this long
+  int balance_max_requests;        // ... and a call has at most this many requests
 };
 
 inline constexpr Tuning kTuning = {
@@ -57,6 +60,8 @@ inline constexpr Tuning kTuning = {
     /*merge_warp_segments=*/9,
     /*merge_by_lane_segments=*/16,
     /*merge_ctas_per_sm_beside_pingpong=*/2,
+    /*balance_min_segment_tiles=*/64,
+    /*balance_max_requests=*/64,
 };
 
 }  // namespace muse_attn::gpu

@@ -159,6 +159,21 @@ __device__ __forceinline__ float shfl_from(float v, int src) {
   return __shfl_sync(0xffffffffu, v, src);
 #endif
 }
+// The same for an int.
+__device__ __forceinline__ int shfl_xor(int v, int mask) {
+#if defined(MUSE_ATTN_HIP)
+  return __shfl_xor(v, mask);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, mask);
+#endif
+}
+__device__ __forceinline__ int shfl_from(int v, int src) {
+#if defined(MUSE_ATTN_HIP)
+  return __shfl(v, src);
+#else
+  return __shfl_sync(0xffffffffu, v, src);
+#endif
+}
 inline constexpr int kLaneBits = kWarpSize == 64 ? 6 : 5;  // log2(kWarpSize)
 
 __device__ __forceinline__ float max_op(float a, float b) { return fmaxf(a, b); }

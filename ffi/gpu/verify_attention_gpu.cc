@@ -52,6 +52,12 @@ ffi::Error read_plan(int32_t split_kernel, int32_t merge_warps, int32_t merge_pd
   return ffi::Error::Success();
 }
 
+// The split kernel of the plan: the balanced cut's, or the call's own (launch_split_for).
+gpuError_t launch_split_of(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
+  return plan.balance_segments ? launch_split_balanced(p, plan.split_kernel, stream)
+                               : launch_split_for(p, plan.split_kernel, stream);
+}
+
 // The checks and the parameters both targets share: the static shapes, the cache format, the
 // plan; p filled but for the drafts target's fields.
 ffi::Error prepare_call(ffi::BufferR3<ffi::BF16> q, ffi::AnyBuffer kv_cache,
@@ -62,8 +68,8 @@ ffi::Error prepare_call(ffi::BufferR3<ffi::BF16> q, ffi::AnyBuffer kv_cache,
                         ffi::Result<ffi::BufferR4<ffi::F32>> part_ml, float scale, int32_t window,
                         int32_t tokens, int32_t num_splits, int32_t num_reqs_static,
                         int32_t split_kernel, int32_t merge_warps, int32_t merge_pdl,
-                        int32_t merge_by_lane, int32_t kv_format, int32_t scale_kind, Problem* pr,
-                        Plan* plan, VerifyParams* p) {
+                        int32_t merge_by_lane, int32_t balance_segments, int32_t kv_format,
+                        int32_t scale_kind, Problem* pr, Plan* plan, VerifyParams* p) {
   *pr = Problem{};
   ffi::Error status = make_problem(q.dimensions(), kv_cache.dimensions(),
                                    block_table.dimensions(), seq_lens.dimensions(),
@@ -102,6 +108,12 @@ ffi::Error prepare_call(ffi::BufferR3<ffi::BF16> q, ffi::AnyBuffer kv_cache,
   p->num_blocks = pr->num_blocks;
   p->table_stride = pr->table_row_stride;
   p->scale_log2 = pr->scale_log2;
+  plan->balance_segments = balance_segments != 0;
+  if (plan->balance_segments &&
+      (kVendor != Vendor::kNvidia || (pr->kv_format != KvFormat::kBf16 && pr->head_dim == 128)))
+    return ffi::Error::InvalidArgument(
+        "jax_muse_attn verify_attention (GPU): launch plan: balance_segments runs on NVIDIA, "
+        "for a bf16 cache or an FP8 one at D = 64");
   return ffi::Error::Success();
 }
 
@@ -119,16 +131,18 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                 float scale, int32_t window, int32_t tokens,
                                 int32_t num_splits, int32_t num_reqs_static,
                                 int32_t split_kernel, int32_t merge_warps, int32_t merge_pdl,
-                                int32_t merge_by_lane, int32_t kv_format, int32_t scale_kind) {
+                                int32_t merge_by_lane, int32_t balance_segments,
+                                int32_t kv_format, int32_t scale_kind) {
   Problem pr;
   Plan plan;
   VerifyParams p;
   ffi::Error status = prepare_call(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
                                    out, part_o, part_ml, scale, window, tokens, num_splits,
                                    num_reqs_static, split_kernel, merge_warps, merge_pdl,
-                                   merge_by_lane, kv_format, scale_kind, &pr, &plan, &p);
+                                   merge_by_lane, balance_segments, kv_format, scale_kind, &pr,
+                                   &plan, &p);
   if (status.failure()) return status;
-  if (gpuError_t e = launch_split(p, plan.split_kernel, stream); e != gpuSuccess)
+  if (gpuError_t e = launch_split_of(p, plan, stream); e != gpuSuccess)
     return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
   return ffi::Error::Success();
@@ -152,15 +166,17 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
                                        int32_t window, int32_t tokens, int32_t num_splits,
                                        int32_t num_reqs_static, int32_t split_kernel,
                                        int32_t merge_warps, int32_t merge_pdl,
-                                       int32_t merge_by_lane, int32_t kv_format,
-                                       int32_t scale_kind, int32_t draft_kind, int32_t return_lse) {
+                                       int32_t merge_by_lane, int32_t balance_segments,
+                                       int32_t kv_format, int32_t scale_kind, int32_t draft_kind,
+                                       int32_t return_lse) {
   Problem pr;
   Plan plan;
   VerifyParams p;
   ffi::Error status = prepare_call(q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
                                    out, part_o, part_ml, scale, window, tokens, num_splits,
                                    num_reqs_static, split_kernel, merge_warps, merge_pdl,
-                                   merge_by_lane, kv_format, scale_kind, &pr, &plan, &p);
+                                   merge_by_lane, balance_segments, kv_format, scale_kind, &pr,
+                                   &plan, &p);
   if (status.failure()) return status;
   status = check_drafts(draft_lens.dimensions(), tree_mask.dimensions(), draft_depths.dimensions(),
                         lse->dimensions(), draft_kind, return_lse, &pr);
@@ -170,7 +186,7 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
   p.tree_mask = pr.draft_kind == DraftKind::kTree ? tree_mask.typed_data() : nullptr;
   p.draft_depths = pr.draft_kind == DraftKind::kTree ? draft_depths.typed_data() : nullptr;
   p.lse = pr.return_lse ? lse->typed_data() : nullptr;
-  if (gpuError_t e = launch_split_for(p, plan.split_kernel, stream); e != gpuSuccess)
+  if (gpuError_t e = launch_split_of(p, plan, stream); e != gpuSuccess)
     return gpu_error("split launch", e);
   if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
   return ffi::Error::Success();

@@ -47,7 +47,8 @@ struct RequestGeometry {
   int tile_lo;            // first tile: key_lo / 64
   int tile_hi;            // one past the last tile: ceil(seq_len / 64)
   int tiles_per_segment;  // >= kMinTilesPerSegment
-  int num_segments;       // segments that hold at least one tile, <= num_splits
+  int num_segments;       // segments that hold at least one tile, <= num_splits (own cut)
+  int pool_first;         // balanced cut: the pool slot of segment 0; -1: the group's own cut
 };
 
 // raw_seq_len: seq_lens[r] as found in device memory (any int32). capacity: 16 * (block-table
@@ -66,13 +67,56 @@ MUSE_HD RequestGeometry request_geometry(int raw_seq_len, int capacity, int num_
   const int num_tiles = max_i(g.tile_hi - g.tile_lo, 0);
   g.tiles_per_segment = max_i(ceil_div(num_tiles, num_splits), kMinTilesPerSegment);
   g.num_segments = ceil_div(num_tiles, g.tiles_per_segment);
+  g.pool_first = -1;
   return g;
 }
+
+// Tiles of the request's key range.
+MUSE_HD int request_tiles(const RequestGeometry& g) { return max_i(g.tile_hi - g.tile_lo, 0); }
 
 // Tiles [*t0, *t1) of segment seg; empty (t0 >= t1) for a segment past num_segments.
 MUSE_HD void segment_tiles(const RequestGeometry& g, int seg, int* t0, int* t1) {
   *t0 = g.tile_lo + seg * g.tiles_per_segment;
   *t1 = min_i(*t0 + g.tiles_per_segment, g.tile_hi);
+}
+
+// ---- The balanced cut (the launch plan's balance_segments).
+// The split grid has num_splits segment slots a request: slots = R * num_splits a KV head. The
+// group's own cut (above) gives every request num_splits segments of its own length, so in a
+// ragged batch the longest request's few CTAs run long after the rest. The balanced cut gives
+// the whole batch one segment length, the shortest whose segments fit the slots, and request r
+// takes ceil(tiles_r / length) consecutive slots after the earlier requests'. It is never longer
+// than the own cut's longest segment (at that length every request fits its num_splits slots),
+// and a batch of equal lengths gets the own cut's segments. Every CTA and merge works the cut
+// out from seq_lens alike (no host step, no buffer), so the launch stays static.
+
+inline constexpr int kPoolMinTiles = 2;  // a segment's partials cost half a tile's bytes
+
+// Segments of a request of `tiles` tiles at segment length len.
+MUSE_HD int pool_segments(int tiles, int len) { return tiles > 0 ? (tiles + len - 1) / len : 0; }
+
+// The shortest length in [lo, hi] for which fits(length) holds, by bisection (fits is monotone
+// and holds at hi): lo from the batch's tiles over the slots, hi the own cut's longest segment.
+template <typename Fits>
+MUSE_HD int pool_length(int64_t tiles, int max_tiles, int64_t slots, int splits, Fits&& fits) {
+  const int64_t even = (tiles + slots - 1) / slots;
+  int lo = static_cast<int>(even > kPoolMinTiles ? even : kPoolMinTiles);
+  int hi = max_i(lo, ceil_div(max_tiles, splits));
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (fits(mid))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo;
+}
+
+// The request's geometry under the balanced cut: segments of len tiles from pool slot first.
+MUSE_HD void cut_from_pool(RequestGeometry* g, int len, int first) {
+  g->tiles_per_segment = len;
+  g->num_segments = pool_segments(request_tiles(*g), len);
+  g->pool_first = first;
 }
 
 // Position of new token t (may be negative when seq_len < num_tokens: such a token sees nothing).

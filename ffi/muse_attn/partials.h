@@ -1,6 +1,7 @@
-// Layout of the split partials: one state per (group, segment, row), group = (request, KV
-// head), row = token * qpk + head-in-group. The buffers are results of the custom call, sized
-// at trace time from static shapes (groups x num_splits x rows), so no handler allocates.
+// Layout of the split partials: one state per (slot, row), a slot per split CTA's segment
+// (PartialsLayout::first_slot), row = token * qpk + head-in-group. The buffers are results of
+// the custom call, sized at trace time from static shapes (groups x num_splits x rows), so no
+// handler allocates.
 //   partial_o  [groups, num_splits, rows, head_dim]  unnormalized o, bf16 (rounded to nearest
 //                                                    even; on NVIDIA each row's pairs in the
 //                                                    order of gpu/partial_o_order.h)
@@ -9,7 +10,7 @@
 // latency-bound calls. Its rounding error is at most 2^-8 of |o / l|, itself a convex
 // combination of the segment's V rows: the same bound as the rounding of V to bf16 in the KV
 // cache, added once a segment.
-// A segment past the group's num_segments is neither written nor read. QueryLayout: where a
+// A slot with no segment is neither written nor read. QueryLayout: where a
 // group's rows sit in q and the output.
 #ifndef MUSE_ATTN_PARTIALS_H_
 #define MUSE_ATTN_PARTIALS_H_
@@ -26,15 +27,18 @@ struct PartialsLayout {
   int rows;      // tokens_per_request * qpk
   int head_dim;
 
-  MUSE_HD int64_t state_index(int group, int seg, int row) const {
-    return (static_cast<int64_t>(group) * num_splits + seg) * rows + row;
+  // The slot of segment 0 of group (req, kv_head); segment j is j slots further. The group's own
+  // cut (geometry.h): its num_splits slots. The balanced cut (pool_first >= 0): the KV head's
+  // R * num_splits slots are one pool, and the request's segments start at its slot pool_first.
+  MUSE_HD int64_t first_slot(int req, int kv_head, int num_kv_heads, int num_requests,
+                             int pool_first) const {
+    return pool_first >= 0
+               ? static_cast<int64_t>(kv_head) * num_requests * num_splits + pool_first
+               : (static_cast<int64_t>(req) * num_kv_heads + kv_head) * num_splits;
   }
-  MUSE_HD int64_t o_offset(int group, int seg, int row) const {
-    return state_index(group, seg, row) * head_dim;
-  }
-  MUSE_HD int64_t ml_offset(int group, int seg, int row) const {
-    return state_index(group, seg, row) * 2;
-  }
+  MUSE_HD int64_t state_index(int64_t slot, int row) const { return slot * rows + row; }
+  MUSE_HD int64_t o_offset(int64_t slot, int row) const { return state_index(slot, row) * head_dim; }
+  MUSE_HD int64_t ml_offset(int64_t slot, int row) const { return state_index(slot, row) * 2; }
 };
 
 // Where a group's row lives in q and in the output (both [NQ*R, Hq, D]): row = token * qpk +

@@ -33,6 +33,7 @@ struct Problem {
   int window;           // 0: full attention
   int num_splits;       // segments a group at most
   int num_reqs_static;  // real requests when known at trace time (the operand is not read), or -1
+  bool balance_segments;  // the balanced cut (geometry.h): segments sized by the batch's lengths
   float scale_log2;     // scale * log2(e)
   KvFormat kv_format;   // bf16 or an FP8 (muse_attn/fp8.h)
   ScaleKind scale_kind;  // FP8: the K / V scales per tensor or per (block, head, slot)
@@ -201,6 +202,7 @@ auto bind_verify_attention(Binding binding) {
       .template Attr<int32_t>("merge_warps")               // warps a merge row: 1, 2, 4 or 8
       .template Attr<int32_t>("merge_pdl")                 // 1: merge as a dependent launch
       .template Attr<int32_t>("merge_by_lane")             // 1: a segment weighed on one lane
+      .template Attr<int32_t>("balance_segments")          // 1: the balanced cut (geometry.h)
       .template Attr<int32_t>("kv_format")                 // muse_attn::KvFormat
       .template Attr<int32_t>("scale_kind");               // muse_attn::ScaleKind
 }
@@ -233,6 +235,7 @@ auto bind_verify_attention_drafts(Binding binding) {
       .template Attr<int32_t>("merge_warps")
       .template Attr<int32_t>("merge_pdl")
       .template Attr<int32_t>("merge_by_lane")
+      .template Attr<int32_t>("balance_segments")
       .template Attr<int32_t>("kv_format")
       .template Attr<int32_t>("scale_kind")
       .template Attr<int32_t>("draft_kind")                // muse_attn::DraftKind
