@@ -392,8 +392,9 @@ inline constexpr int kMinCtasPerSm = D == 64 ? 3 : 1;
 template <int D>
 inline constexpr int kMinCtasPerSm = 1;
 #endif
-// The drafts target's FP8 kernels' bound: at D = 64 on the mma.sync path (no warpgroup MMA) the FP8 stage, the
-// drafts' mask and the math need more than the 3-an-SM bound's 168 registers: 2 CTAs an SM.
+// The drafts target's FP8 kernels' bound: at D = 64 on the mma.sync path (no warpgroup MMA) the
+// FP8 stage, the drafts' mask and the math need more than the 3-an-SM bound's 168 registers: 2
+// CTAs an SM.
 #if defined(MUSE_ATTN_CUDA) && !defined(MUSE_ATTN_WGMMA)
 template <int D>
 inline constexpr int kDraftsFp8MinCtasPerSm = D == 64 ? 2 : kMinCtasPerSm<D>;

@@ -142,8 +142,9 @@ __device__ __forceinline__ void prefetch_l2(const void* ptr) {
 #endif
 }
 
-// XOR shuffle within a warp / wavefront.
-__device__ __forceinline__ float shfl_xor(float v, int mask) {
+// XOR shuffle within a warp / wavefront (a float or an int).
+template <typename T>
+__device__ __forceinline__ T shfl_xor(T v, int mask) {
 #if defined(MUSE_ATTN_HIP)
   return __shfl_xor(v, mask);
 #else
@@ -152,22 +153,8 @@ __device__ __forceinline__ float shfl_xor(float v, int mask) {
 }
 
 // Lane src's v, on every lane of the warp / wavefront.
-__device__ __forceinline__ float shfl_from(float v, int src) {
-#if defined(MUSE_ATTN_HIP)
-  return __shfl(v, src);
-#else
-  return __shfl_sync(0xffffffffu, v, src);
-#endif
-}
-// The same for an int.
-__device__ __forceinline__ int shfl_xor(int v, int mask) {
-#if defined(MUSE_ATTN_HIP)
-  return __shfl_xor(v, mask);
-#else
-  return __shfl_xor_sync(0xffffffffu, v, mask);
-#endif
-}
-__device__ __forceinline__ int shfl_from(int v, int src) {
+template <typename T>
+__device__ __forceinline__ T shfl_from(T v, int src) {
 #if defined(MUSE_ATTN_HIP)
   return __shfl(v, src);
 #else
