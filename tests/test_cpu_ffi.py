@@ -78,8 +78,9 @@ def test_balanced_cut(rng, monkeypatch, num_splits, window, kv_dtype):
     lens = [5000, 0, 9, 2056, 64, 4097, 130, 3000]
     c = make_case(rng, 8, lens, P=LONG_P, window=window, bad_live=0.05, num_reqs=7,
                   kv_dtype=kv_dtype)
-    assert jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, tokens_per_request=c.NQ,
-                                     num_splits=num_splits)["balance_segments"]
+    plan = jax_muse_attn.launch_plan(c.q, c.kv, c.bt, window=window, tokens_per_request=c.NQ,
+                                     num_splits=num_splits)
+    assert plan["balance_segments"] == (_ffi.current_platform() != "ROCM"), plan  # not on AMD
     check_case(c, "ffi", num_splits=num_splits, what=f"balanced, splits {num_splits}")
 
 
