@@ -33,7 +33,7 @@ DEVICES = {
 SCHEDULES = {"lockstep": 0, "wave_serial": 1}
 SOURCES = [os.path.join(FFI, "gpu", f) for f in (
     "split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "split_kernel_drafts.cu.cc",
-    "merge_kernel.cu.cc")] + [
+    "split_kernel_balanced.cu.cc", "merge_kernel.cu.cc")] + [
     os.path.join(FFI, "gpu", "emu", f) for f in ("emulator.cc", "entry.cc")]
 PROBES = os.path.join(ROOT, "tests", "emu_probes.cc")  # kernels with planted bugs
 OPS_PROBES = os.path.join(ROOT, "tests", "emu_ops_probes.cc")  # gpu/amd_ops.h's helpers
@@ -115,7 +115,7 @@ class _Call(ctypes.Structure):
                 ("kv_format", ctypes.c_int), ("scale_kind", ctypes.c_int),
                 ("draft_lens", ctypes.c_void_p), ("tree_mask", ctypes.c_void_p),
                 ("draft_depths", ctypes.c_void_p), ("lse", ctypes.c_void_p),
-                ("draft_kind", ctypes.c_int)]
+                ("draft_kind", ctypes.c_int), ("balance_segments", ctypes.c_int)]
 
 
 KV_FORMATS = {"bfloat16": 0, "float8_e4m3fn": 1, "float8_e4m3fnuz": 2}
@@ -179,7 +179,8 @@ class Emulator:
                      -1 if traced_num_reqs else int(nr[0]), scale,
                      SPLIT_KERNELS.index(plan["split_kernel"]), plan["merge_warps"],
                      int(plan["merge_by_lane"]), SCHEDULES[schedule], seed, ptr(ks), ptr(vs), fmt,
-                     scale_kind, ptr(dl), ptr(tm), ptr(dd), ptr(lse) if return_lse else None, kind)
+                     scale_kind, ptr(dl), ptr(tm), ptr(dd), ptr(lse) if return_lse else None, kind,
+                     int(plan["balance_segments"]))
         err = ctypes.create_string_buffer(2048)
         if self.lib.muse_emu_verify_attention(ctypes.byref(call), err, len(err)) != 0:
             raise EmulatorError(err.value.decode())
@@ -226,7 +227,8 @@ class Emulator:
 
 HEADER = ("num_requests", "tokens", "num_q_heads", "num_kv_heads", "head_dim", "pages", "window",
           "num_splits", "num_reqs_static", "split_kernel", "merge_warps", "merge_by_lane",
-          "schedule", "seed", "num_blocks", "table_rows", "num_reqs", "kv_format", "scale_kind")
+          "schedule", "seed", "num_blocks", "table_rows", "num_reqs", "kv_format", "scale_kind",
+          "balance_segments")
 
 
 def write_case(path, c, plan, schedule="lockstep", seed=1):
@@ -244,7 +246,8 @@ def write_case(path, c, plan, schedule="lockstep", seed=1):
                 split_kernel=SPLIT_KERNELS.index(plan["split_kernel"]),
                 merge_warps=plan["merge_warps"], merge_by_lane=int(plan["merge_by_lane"]),
                 schedule=SCHEDULES[schedule], seed=seed, num_blocks=kv.shape[0],
-                table_rows=c.bt_np.shape[0], num_reqs=c.num_reqs, kv_format=fmt, scale_kind=kind)
+                table_rows=c.bt_np.shape[0], num_reqs=c.num_reqs, kv_format=fmt, scale_kind=kind,
+                balance_segments=int(plan["balance_segments"]))
     with open(path, "wb") as f:
         np.array([head[k] for k in HEADER], np.int64).tofile(f)
         np.array([c.scale], np.float64).tofile(f)

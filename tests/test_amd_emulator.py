@@ -166,6 +166,37 @@ def test_every_amd_plan_branch(emu, name, overrides):
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+def test_balanced_cut(emu, schedule, kv_dtype):
+    """The balanced cut (gpu/segment_pool.h), forced: a ragged batch with padding, empty and
+    one-tile requests and bad ids; more requests than a wave has lanes (its second chunk); split
+    counts from one slot a request to many; D = 64 and 128 (bf16)."""
+    lens = [3000, 0, 9, 700, 64, 1500, 130, 17] * 9  # 72 requests: past 64 lanes
+    for d in (64, 128) if kv_dtype == "bfloat16" else (64,):
+        c = make_case(np.random.default_rng(7), len(lens), lens, P=192, Hq=4, Hkv=1, NQ=2, D=d,
+                      bad_live=0.05, num_reqs=len(lens) - 3, kv_dtype=kv_dtype)
+        for splits in (1, 2, 5):
+            _, plan = check(emu, c, num_splits=splits, overrides="balance_segments=1",
+                            schedule=schedule, what=f"balanced, D {d}, splits {splits}")
+            assert plan["balance_segments"], plan
+
+
+def test_balanced_cut_of_drafts(emu):
+    """The drafts target's balanced kernels: a request's tiles from its draft count (none
+    without drafts); a ragged chain and a tree."""
+    lens = [3000, 0, 9, 700, 64, 1500]
+    c = make_case(np.random.default_rng(8), len(lens), lens, P=192, Hq=4, Hkv=1, NQ=4)
+    counts = np.array([4, 2, 0, 3, 1, 4], np.int32)
+    check_drafts(emu, c, "lockstep", "balanced ragged", overrides="balance_segments=1",
+                 draft_lens=counts)
+    mask = np.array([[(1 << (t + 1)) - 1 for t in range(4)]] * len(lens), np.uint32)
+    mask[:, 3] = 0b1001  # draft 3 sees draft 0 and itself
+    depth = np.array([[0, 1, 2, 1]] * len(lens), np.int32)
+    check_drafts(emu, c, "wave_serial", "balanced tree", overrides="balance_segments=1",
+                 draft_lens=counts, tree_mask=mask, draft_depths=depth)
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
 def test_traced_num_reqs_is_read_and_clamped(emu, schedule):
     c = _case("padding", seed=2)
     for nr in (0, 2, 3, 5):

@@ -267,9 +267,10 @@ def test_model_on_the_real_kernels(tmp_path, capsys):
         for k in splits:
             t = k["tile"]["path"]
             assert t["mfma"] > 0 and t["lds_read"] > 0 and t["vmem_load"] > 0, (arch, k["variant"], t)
-            if arch == "gfx950" and k["head_dim"] == 64:
+            if arch == "gfx950" and k["head_dim"] == 64 and "balanced" not in k["variant"]:
                 # Q, then every prologue tile's loads in flight together (split_cta.h): a
-                # workgroup's start waits on memory a few times, not once a chunk.
+                # workgroup's start waits on memory a few times, not once a chunk. (The balanced
+                # cut's kernels read the batch's lengths first: kernels of their own.)
                 assert k["once"]["vmem_round_trips"] <= 3, (k["variant"], k["once"])
             assert k["lds_dynamic_found"] and k["lds"] <= am.ARCH_SPECS[arch].lds_per_cu, k["variant"]
     if _ffi._MODULE is not None:

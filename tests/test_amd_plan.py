@@ -117,16 +117,23 @@ def test_pinned_counts_and_overrides_still_apply_on_amd():
     assert plan(amd(942, 304), fp8=True)["split_kernel"] == "per_tile"
 
 
-def test_no_balanced_cut_on_amd():
-    """The balanced cut's pass over seq_lens would sit on every AMD workgroup's start
-    (gpu/segment_pool.h): the AMD plan keeps the group's own cut, even where asked."""
-    for gfx, cus in ((942, 304), (950, 256)):
-        for overrides in ("", "balance_segments=1"):
-            p = plan(amd(gfx, cus), R=64, keys=131072, overrides=overrides)
-            assert p["num_splits"] > 1 and not p["balance_segments"], (gfx, overrides, p)
-    h100 = dict(vendor="nvidia", multiprocessors=132, compute_major=9, warp_size=32,
-                merge_can_wait=True, has_two_pairs=True)
-    assert plan(h100, R=16, keys=131072)["balance_segments"]  # such a call on NVIDIA
+def test_balanced_cut_on_amd():
+    """The AMD plan takes the balanced cut by NVIDIA's rule (its thresholds until measured): full
+    attention, 2-64 requests, more than one split, segments of 64 tiles or more, no FP8 cache at
+    D = 128."""
+    seen = set()
+    for kw in (dict(R=16, keys=131072), dict(R=64, keys=131072), dict(R=16, keys=8192),
+               dict(R=128, keys=131072), dict(R=16, keys=131072, window=2048),
+               dict(R=16, keys=131072, D=128, fp8=True), dict(R=16, keys=131072, D=128)):
+        for gfx, cus in ((942, 304), (950, 256)):
+            p = plan(amd(gfx, cus), **kw)
+            tiles = -(-(-(-kw["keys"] // 16) * 16) // 64)
+            want = (not kw.get("window") and 2 <= kw["R"] <= 64 and p["num_splits"] > 1
+                    and -(-tiles // p["num_splits"]) >= 64
+                    and not (kw.get("fp8") and kw.get("D") == 128))
+            assert p["balance_segments"] == want, (gfx, kw, p)
+            seen.add(want)
+    assert seen == {True, False}
 
 
 def test_nvidia_plans_never_read_the_amd_field():

@@ -43,7 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpu_compile_check as gcc  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = ("split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "split_kernel_drafts.cu.cc", "merge_kernel.cu.cc")
+SOURCES = ("split_kernel.cu.cc", "split_kernel_fp8.cu.cc", "split_kernel_drafts.cu.cc",
+           "split_kernel_balanced.cu.cc", "merge_kernel.cu.cc")
 ARCHS = ("gfx942", "gfx950")
 BANNER = "MODEL, not a measurement: no AMD GPU has run these kernels."
 

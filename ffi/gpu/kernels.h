@@ -129,8 +129,8 @@ inline gpuError_t launch_split_for(const VerifyParams& p, SplitKernel kernel, gp
   return p.draft_kind != 0 ? launch_split_drafts(p, kernel, stream)
                            : launch_split(p, kernel, stream);
 }
-// The split kernel of the balanced cut (the plan's balance_segments, segment_pool.h; NVIDIA):
-// per_tile or the plan's ping-pong kernels, of the chain or the drafts target, bf16 or FP8.
+// The split kernel of the balanced cut (the plan's balance_segments, segment_pool.h):
+// per_tile, or the plan's ping-pong kernels on NVIDIA, of the chain or the drafts target.
 gpuError_t launch_split_balanced(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when

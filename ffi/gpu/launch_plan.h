@@ -239,13 +239,13 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
   p.num_splits = num_splits;
   // The balanced cut for full attention where segments are long enough that working it out (a
   // pass over seq_lens in every CTA, longer with more requests) costs little beside them, and a
-  // batch has requests to balance (a window evens a batch's lengths out). Not on AMD nor for an
-  // FP8 cache at D = 128 (gpu/segment_pool.h says why).
+  // batch has requests to balance (a window evens a batch's lengths out). Not for an FP8 cache at
+  // D = 128 (gpu/segment_pool.h says why). AMD takes NVIDIA's thresholds until measured.
   const int64_t tiles = max_segment_tiles(s, num_splits);
-  p.balance_segments = d.vendor != Vendor::kAmd && !(s.kv_fp8 && s.head_dim == 128) &&
+  p.balance_segments = !(s.kv_fp8 && s.head_dim == 128) &&
                        (o.balance_segments >= 0
                             ? o.balance_segments == 1
-                            : d.vendor == Vendor::kNvidia && s.window == 0 && s.num_requests > 1 &&
+                            : d.vendor != Vendor::kCpu && s.window == 0 && s.num_requests > 1 &&
                                   s.num_requests <= t.balance_max_requests && num_splits > 1 &&
                                   tiles >= t.balance_min_segment_tiles);
   if (d.vendor == Vendor::kCpu) return p;  // one scheme; nothing more to choose

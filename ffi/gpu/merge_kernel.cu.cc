@@ -378,9 +378,7 @@ auto merge_kernel_for(bool by_lane, bool drafts) {
 }
 template <int D, int W, bool kDependent>
 auto merge_kernel_for(const Plan& plan, bool drafts) {
-  if constexpr (kVendor == Vendor::kNvidia) {
-    if (plan.balance_segments) return merge_kernel_for<D, W, kDependent, true>(plan.merge_by_lane, drafts);
-  }
+  if (plan.balance_segments) return merge_kernel_for<D, W, kDependent, true>(plan.merge_by_lane, drafts);
   return merge_kernel_for<D, W, kDependent, false>(plan.merge_by_lane, drafts);
 }
 

@@ -1,12 +1,12 @@
-// The balanced cut on NVIDIA GPUs (muse_attn/geometry.h; the launch plan's balance_segments): one
+// The balanced cut on the GPU (muse_attn/geometry.h; the launch plan's balance_segments): one
 // warp of each split and merge CTA reads every request's length, picks the batch's segment length
 // and finds what its CTA needs (a split CTA: the request and segment of its pool slot; a merge
 // CTA: its request's first slot), then hands it to the CTA through shared memory. No host step
 // and no buffer: every CTA works out the same cut from the same operands. Its kernels are their
 // own instantiations (split_kernel_balanced.cu.cc, merge_kernel_balanced), so the others keep
-// their code. Not on AMD yet (AMD would need the same split into kernels of their own, so that
-// the default kernels' start keeps its few memory round trips: tools/amd_model.py), and not for
-// an FP8 cache at D = 128 (its kernels sit at 254 of 255 registers and spill with the cut).
+// their code (on AMD the default kernels' start keeps its few memory round trips:
+// tools/amd_model.py). Not for an FP8 cache at D = 128 (NVIDIA's kernels sit at 254 of 255
+// registers and spill with the cut).
 #ifndef MUSE_ATTN_GPU_SEGMENT_POOL_H_
 #define MUSE_ATTN_GPU_SEGMENT_POOL_H_
 

@@ -73,7 +73,7 @@ static_assert(split_smem_bytes<64>() == amd_split_lds_bytes(64) &&
 
 // The split grid's CTA (launchers below): slot x = kPairs blockIdx.x + pair of group blockIdx.y
 // = (request r, KV head), and its block of kMaxRows query rows blockIdx.z. The group's own cut:
-// segment x of request r. kBalanced, the balanced cut (segment_pool.h; its own kernels, NVIDIA):
+// segment x of request r. kBalanced, the balanced cut (segment_pool.h; kernels of its own):
 // the KV head's pool slot r S + x, and whichever request and segment the batch's cut puts there;
 // every thread of the CTA calls it then (it meets at barriers), scratch: shared memory no copy
 // has been issued to yet.

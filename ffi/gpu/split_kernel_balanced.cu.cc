@@ -2,8 +2,7 @@
 // split_cta.h's body tile by tile, and the ping-pong kernels at D = 64 (pingpong_cta.h), over a
 // bf16 or an FP8 cache, for the chain and each draft kind, each CTA taking the request and segment
 // the batch's cut puts in its pool slot. A file of their own, so that the other kernels' code is
-// what it was. NVIDIA only, and no FP8 cache at D = 128 (segment_pool.h says why; the plan never
-// asks for them).
+// what it was. No FP8 cache at D = 128 (segment_pool.h says why; the plan never asks for it).
 #include <atomic>
 #include <cstdint>
 
@@ -13,7 +12,6 @@
 
 namespace muse_attn::gpu {
 
-#if defined(MUSE_ATTN_CUDA)
 namespace {
 
 template <int D, bool kFp8, DraftKind K>
@@ -46,20 +44,19 @@ gpuError_t launch_balanced_d(const VerifyParams& p, gpuStream_t stream) {
 
 gpuError_t launch_split_balanced(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
   const bool fp8 = p.kv_format != static_cast<int>(KvFormat::kBf16);
+#if defined(MUSE_ATTN_CUDA)
   const bool pingpong = kernel == SplitKernel::kPingpong || kernel == SplitKernel::kPingpongTwoPairs;
   if (p.head_dim == 64 && pingpong && p.draft_kind == static_cast<int>(DraftKind::kChain)) {
     const bool two_pairs = kernel == SplitKernel::kPingpongTwoPairs;
     return fp8 ? launch_pingpong<true, true>(p, two_pairs, stream)
                : launch_pingpong<false, true>(p, two_pairs, stream);
   }
+#else
+  (void)kernel;  // per_tile (the plan's only AMD kernel under the cut)
+#endif
   if (p.head_dim == 64)
     return fp8 ? launch_balanced_d<64, true>(p, stream) : launch_balanced_d<64, false>(p, stream);
   return fp8 ? gpuErrorInvalidValue : launch_balanced_d<128, false>(p, stream);
 }
-#else
-gpuError_t launch_split_balanced(const VerifyParams&, SplitKernel, gpuStream_t) {
-  return gpuErrorInvalidValue;  // the AMD plan keeps the group's own cut
-}
-#endif
 
 }  // namespace muse_attn::gpu

@@ -109,11 +109,10 @@ ffi::Error prepare_call(ffi::BufferR3<ffi::BF16> q, ffi::AnyBuffer kv_cache,
   p->table_stride = pr->table_row_stride;
   p->scale_log2 = pr->scale_log2;
   plan->balance_segments = balance_segments != 0;
-  if (plan->balance_segments &&
-      (kVendor != Vendor::kNvidia || (pr->kv_format != KvFormat::kBf16 && pr->head_dim == 128)))
+  if (plan->balance_segments && pr->kv_format != KvFormat::kBf16 && pr->head_dim == 128)
     return ffi::Error::InvalidArgument(
-        "jax_muse_attn verify_attention (GPU): launch plan: balance_segments runs on NVIDIA, "
-        "for a bf16 cache or an FP8 one at D = 64");
+        "jax_muse_attn verify_attention (GPU): launch plan: balance_segments needs a bf16 cache "
+        "or an FP8 one at D = 64");
   return ffi::Error::Success();
 }
 

@@ -33,6 +33,7 @@ struct MuseEmuCall {
   const int32_t* draft_depths;
   float* lse;
   int draft_kind;
+  int balance_segments;  // the plan's balanced cut (muse_attn/geometry.h)
 };
 
 const char* muse_emu_target();  // "gfx942" or "gfx950"

@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   // The header: int64 fields in this order, then the float64 scale.
   enum { kRequests, kTokens, kQHeads, kKvHeads, kHeadDim, kPages, kWindow, kSplits, kNumReqsStatic,
          kSplitKernel, kMergeWarps, kMergeByLane, kSchedule, kSeed, kBlocks, kTableRows, kNumReqs,
-         kKvFormat, kScaleKind, kFields };
+         kKvFormat, kScaleKind, kBalanceSegments, kFields };
   std::vector<int64_t> h;
   std::vector<double> scale;
   std::vector<uint16_t> q;
@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
   call.v_scale = v_scale.data();
   call.kv_format = static_cast<int>(h[kKvFormat]);
   call.scale_kind = static_cast<int>(h[kScaleKind]);
+  call.balance_segments = static_cast<int>(h[kBalanceSegments]);
   char error[2048] = "";
   if (muse_emu_verify_attention(&call, error, sizeof error) != 0) {
     std::fprintf(stderr, "%s\n", error);
