@@ -558,7 +558,7 @@ ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::Bu
               : p.draft_kind == DraftKind::kChain
                   ? p.tokens
                   : clamp_draft_count(drafts.draft_lens[r], p.tokens);
-    const int seq_len = r < real && w.count > 0 ? seq_lens.typed_data()[r] : 0;
+    const int seq_len = r < real ? keyed_length(seq_lens.typed_data()[r], w.count, true) : 0;
     w.g = request_geometry(seq_len, p.capacity(), w.count, p.window, p.num_splits);
     w.tree = nullptr;
     w.read_bits = ~0u;

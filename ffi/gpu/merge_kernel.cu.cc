@@ -289,7 +289,7 @@ __device__ __forceinline__ void run_merge(const VerifyParams& p) {
       count = clamp_draft_count(p.draft_lens[req], p.tokens);
   }
   const int seq_len_found = req < real ? p.seq_lens[req] : 0;
-  const int raw_len = !kDrafts || count > 0 ? seq_len_found : 0;
+  const int raw_len = keyed_length(seq_len_found, count, kDrafts);
   RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window, p.num_splits);
   if constexpr (kBalanced) cut_from_pool(&g, lds_value(pool_word()[0]), lds_value(pool_word()[1]));
   const PartialsLayout lay{p.num_splits.divisor(), p.rows, D};

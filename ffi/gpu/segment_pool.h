@@ -36,8 +36,7 @@ __device__ __forceinline__ PoolArgs pool_args(const VerifyParams& p, bool counte
 __device__ __forceinline__ int pool_request_tiles(const PoolArgs& a, int real, int r) {
   if (r >= real) return 0;
   const int count = a.counted ? clamp_draft_count(a.draft_lens[r], a.tokens) : a.tokens;
-  const int raw_len = a.counted && count == 0 ? 0 : a.seq_lens[r];
-  return request_tiles(request_geometry(raw_len, a.pages * kPageSize, count, a.window, 1));
+  return request_tiles(request_geometry(keyed_length(a.seq_lens[r], count, a.counted), a.pages * kPageSize, count, a.window, 1));
 }
 
 __device__ __forceinline__ int64_t shfl_xor_i64(int64_t v, int mask) {
@@ -49,12 +48,6 @@ __device__ __forceinline__ int64_t shfl_xor_i64(int64_t v, int mask) {
 __device__ __forceinline__ int64_t warp_sum_i64(int64_t v) {
 #pragma unroll
   for (int m = 1; m < kWarpSize; m <<= 1) v += shfl_xor_i64(v, m);
-  return v;
-}
-template <typename Op>
-__device__ __forceinline__ int warp_reduce_int(int v, Op op) {
-#pragma unroll
-  for (int m = 1; m < kWarpSize; m <<= 1) v = op(v, shfl_xor(v, m));
   return v;
 }
 
@@ -93,18 +86,18 @@ struct PoolWarp {
       most = max_i(most, n);
     });
     tiles = warp_sum_i64(tiles);
-    most = warp_reduce_int(most, [](int x, int y) { return max_i(x, y); });
+    most = xor_reduce<1, kLaneBits>(most, [](int x, int y) { return max_i(x, y); });
     return pool_length(tiles, most, slots, a.splits, [&](int len) {
       int n = 0;  // at most slots + R, an int (as the partials' buffer's size)
       for_each([&](int, int t) { n += pool_segments(t, len); });
-      return warp_reduce_int(n, [](int x, int y) { return x + y; }) <= slots;
+      return xor_reduce<1, kLaneBits>(n, [](int x, int y) { return x + y; }) <= slots;
     });
   }
   // The requests' segments at length len summed over the requests before `before`.
   __device__ __forceinline__ int segments_before(int len, int before) const {
     int n = 0;
     for_each([&](int r, int tiles) { n += r < before ? pool_segments(tiles, len) : 0; });
-    return warp_reduce_int(n, [](int x, int y) { return x + y; });
+    return xor_reduce<1, kLaneBits>(n, [](int x, int y) { return x + y; });
   }
   // The request and segment of pool slots slot0 + k (k < kSlots), each lane's: the request
   // holding the slot (p.num_requests where none does: past the batch's segments) and its segment.
@@ -134,8 +127,8 @@ struct PoolWarp {
     });
 #pragma unroll
     for (int k = 0; k < kSlots; ++k) {  // one lane holds a hit, the others num_requests and 0
-      req[k] = warp_reduce_int(hit_req[k], [](int a, int b) { return min_i(a, b); });
-      seg[k] = warp_reduce_int(hit_seg[k], [](int a, int b) { return max_i(a, b); });
+      req[k] = xor_reduce<1, kLaneBits>(hit_req[k], [](int a, int b) { return min_i(a, b); });
+      seg[k] = xor_reduce<1, kLaneBits>(hit_seg[k], [](int a, int b) { return max_i(a, b); });
     }
   }
 };

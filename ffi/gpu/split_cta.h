@@ -456,7 +456,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   // beside seq_lens, not before it. Both in flight while Q's copies are issued.
   const int count = kCounted ? clamp_draft_count(p.draft_lens[c.req], p.tokens) : p.tokens;
   const int seq_len_found = p.seq_lens[c.req];
-  const int raw_len = kCounted && count == 0 ? 0 : seq_len_found;
+  const int raw_len = keyed_length(seq_len_found, count, kCounted);
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
   const int row0 = c.block_row0 + 16 * warp;  // the warp's first row of the group

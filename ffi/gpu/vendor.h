@@ -166,9 +166,10 @@ inline constexpr int kLaneBits = kWarpSize == 64 ? 6 : 5;  // log2(kWarpSize)
 __device__ __forceinline__ float max_op(float a, float b) { return fmaxf(a, b); }
 __device__ __forceinline__ float add_op(float a, float b) { return a + b; }
 
-// op over the lanes lane ^ (k * kFirstMask), k < 2^kSteps (butterfly): every one of them gets it.
-template <int kFirstMask, int kSteps, typename Op>
-__device__ __forceinline__ float xor_reduce(float x, Op op) {
+// op over the lanes lane ^ (k * kFirstMask), k < 2^kSteps (butterfly): every one of them gets it
+// (a float or an int).
+template <int kFirstMask, int kSteps, typename T, typename Op>
+__device__ __forceinline__ T xor_reduce(T x, Op op) {
 #pragma unroll
   for (int i = 0; i < kSteps; ++i) x = op(x, shfl_xor(x, kFirstMask << i));
   return x;

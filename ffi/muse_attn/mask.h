@@ -53,6 +53,12 @@ enum class DraftKind : int32_t {
 // The draft count of a request: draft_lens[r] clamped to [0, tokens].
 MUSE_HD int clamp_draft_count(int raw, int tokens) { return raw < 0 ? 0 : raw > tokens ? tokens : raw; }
 
+// The length a request's CTAs work over: none for a request whose draft count (counted) is 0, as
+// it verifies nothing and reads no keys.
+MUSE_HD int keyed_length(int seq_len, int count, bool counted) {
+  return !counted || count > 0 ? seq_len : 0;
+}
+
 // A draft's depth: draft_depths[r, t] clamped to [0, tokens - 1].
 MUSE_HD int clamp_draft_depth(int raw, int tokens) {
   return raw < 0 ? 0 : raw > tokens - 1 ? tokens - 1 : raw;
