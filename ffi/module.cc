@@ -122,6 +122,7 @@ NB_MODULE(_muse_attn, m) {
       d["split_vgprs_d128"] = t.split_vgprs_d128;
       d["split_ctas_per_cu_d64"] = t.split_ctas_per_cu_d64;
       d["split_ctas_per_cu_d128"] = t.split_ctas_per_cu_d128;
+      d["cache_window_kv"] = t.cache_window_kv;
       d["split_lds_bytes_d64"] = amd_split_lds_bytes(64);
       d["split_lds_bytes_d128"] = amd_split_lds_bytes(128);
       rows.append(d);

@@ -103,7 +103,8 @@ def launch_plan(shapes, platform: str, num_splits: int, overrides: str, device: 
 
 
 # The launch plan's split kernels in the handlers' numbering (gpu::SplitKernel).
-SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs")
+SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs",
+                 "per_tile_cached")
 
 
 # The cache formats in the handlers' numbering (muse_attn::KvFormat), by dtype name.

@@ -47,8 +47,9 @@ def launch_plan(q, kv_cache, block_table, *, window=None, tokens_per_request=8, 
     tensor parallelism, one device's shard: its heads); kv_cache may be bf16 or FP8, the scales
     are not needed. Returns a dict: ``num_splits`` (segments
     a (request, KV head) group's keys are cut into: as ``verify_attention`` picks it, or the one
-    given), ``split_kernel`` ("per_tile", "two_tile", "fill_ring", "pingpong" or
-    "pingpong_two_pairs"; README, Performance), ``merge_warps`` (warps a row in the merge),
+    given), ``split_kernel`` ("per_tile", "two_tile", "fill_ring", "pingpong",
+    "pingpong_two_pairs" or, on AMD, "per_tile_cached"; README, Performance), ``merge_warps``
+    (warps a row in the merge),
     ``merge_pdl`` (the merge as a programmatic dependent launch) and ``merge_by_lane`` (the merge
     weighs a segment's (m, l) on one lane of a warp, else on every lane). On the CPU only
     ``num_splits`` means anything. ``MUSE_ATTN_LAUNCH`` applies as in a call. ``drafts=True``:

@@ -137,7 +137,8 @@ def _kv_operands(kv, k_scale, v_scale):
     return kv.view(np.uint8), fmt, kind, ks, vs
 
 
-SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs")
+SPLIT_KERNELS = ("per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs",
+                 "per_tile_cached")
 
 
 class Emulator:

@@ -152,17 +152,33 @@ def test_every_split_count_to_40(emu, schedule):
 
 
 @pytest.mark.parametrize("overrides", [
-    "split_kernel=two_tile", "split_kernel=per_tile", "merge_by_lane=0", "merge_by_lane=1",
-    "merge_warps=1", "merge_warps=2", "merge_warps=4", "merge_warps=8",
-    "split_kernel=fill_ring", "split_kernel=pingpong", "merge_pdl=1"])
+    "split_kernel=two_tile", "split_kernel=per_tile", "split_kernel=per_tile_cached",
+    "merge_by_lane=0", "merge_by_lane=1", "merge_warps=1", "merge_warps=2", "merge_warps=4",
+    "merge_warps=8", "split_kernel=fill_ring", "split_kernel=pingpong", "merge_pdl=1"])
 @pytest.mark.parametrize("name", ["full-16/2", "swa-d128", "long"])
 def test_every_amd_plan_branch(emu, name, overrides):
-    """Every choice the AMD plan can make, forced; the NVIDIA-only ones fall back to per_tile
-    with a plain merge, as the plan says."""
+    """Every choice the AMD plan can make, forced; the NVIDIA-only ones fall back to the default
+    kernel (per_tile, per_tile_cached with a window) with a plain merge, as the plan says."""
     c = _case(name, seed=5)
     _, plan = check(emu, c, num_splits=17, overrides=overrides, what=overrides)
     assert not plan["merge_pdl"]
-    assert plan["split_kernel"] in ("per_tile", "two_tile"), plan
+    forced = overrides.split("=")[1] if overrides.startswith("split_kernel=") else None
+    runs = forced in ("per_tile", "per_tile_cached") or (forced == "two_tile" and c.q.shape[-1] == 64)
+    default = "per_tile_cached" if c.window else "per_tile"
+    assert plan["split_kernel"] == (forced if runs else default), plan
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "float8_e4m3fn"])
+@pytest.mark.parametrize("name", ["swa-16/2", "swa-d128"])
+def test_cached_loads_give_the_same_bits(emu, name, kv_dtype):
+    """per_tile_cached, a window's kernel on AMD, differs from per_tile only in its K/V loads'
+    cache policy: against the oracle and bit for bit the same as per_tile."""
+    c = _case(name, seed=11, **({} if kv_dtype == "bfloat16" else dict(kv_dtype=kv_dtype, scale_kind="token")))
+    cached, plan = check(emu, c, schedule="wave_serial", what="default")
+    assert plan["split_kernel"] == "per_tile_cached", plan
+    plain, plan = check(emu, c, schedule="wave_serial", overrides="split_kernel=per_tile", what="per_tile")
+    assert plan["split_kernel"] == "per_tile", plan
+    np.testing.assert_array_equal(cached, plain)
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)

@@ -273,6 +273,16 @@ def test_model_on_the_real_kernels(tmp_path, capsys):
                 # cut's kernels read the batch's lengths first: kernels of their own.)
                 assert k["once"]["vmem_round_trips"] <= 3, (k["variant"], k["once"])
             assert k["lds_dynamic_found"] and k["lds"] <= am.ARCH_SPECS[arch].lds_per_cu, k["variant"]
+            # The K/V loads' cache policy (amd_targets.h cache_window_kv): the cached variants'
+            # loads keep their lines, every other split kernel's stream past the caches.
+            loads = k["buffer_loads"]
+            if "_cached<" in k["variant"]:
+                assert loads["cached"] > 0 and loads["nt"] == 0, (arch, k["variant"], loads)
+            else:
+                assert loads["nt"] > 0 and loads["cached"] == 0, (arch, k["variant"], loads)
+        for base in ("split_kernel_cached", "split_kernel_fp8_cached"):
+            for d in (64, 128):
+                assert am.find_kernel(data["archs"][arch], "split", base, d), (arch, base, d)
     if _ffi._MODULE is not None:
         # The AMD table's split VGPR budget (ffi/gpu/amd_targets.h) is the largest split
         # kernel's allocation as compiled (VGPRs, then AGPRs, in the target's granule).

@@ -80,7 +80,8 @@ def test_split_ctas_fit_one_wave_of_the_targets_cus(name):
         p = plan(device, D=D, hq=hq, hkv=hkv, R=R, keys=keys, window=window)
         cps = R * hkv * -(-8 * (hq // hkv) // 64)
         per_cu = row[f"split_ctas_per_cu_d{D}"]
-        assert p["split_kernel"] == "per_tile" and not p["merge_pdl"], p
+        assert p["split_kernel"] == ("per_tile_cached" if window else "per_tile"), p
+        assert not p["merge_pdl"], p
         pages = -(-keys // 16)
         tiles = _validate.Shapes(num_requests=R, tokens=8, num_q_heads=hq, num_kv_heads=hkv,
                                  head_dim=D, num_blocks=R * pages, pages=pages, window=window,
@@ -134,6 +135,30 @@ def test_balanced_cut_on_amd():
             assert p["balance_segments"] == want, (gfx, kw, p)
             seen.add(want)
     assert seen == {True, False}
+
+
+def test_a_windows_keys_through_the_caches_on_amd():
+    """AMD reads a window's K/V with cached loads (per_tile_cached, bf16 and FP8, by the row's
+    cache_window_kv) and full attention's nontemporal (per_tile); the drafts kernels and the
+    balanced cut have no cached variant; NVIDIA never picks it."""
+    for gfx, cus in ((942, 304), (950, 256)):
+        assert TABLE[f"gfx{gfx}"]["cache_window_kv"] is True
+        dev = amd(gfx, cus)
+        for D, fp8, R in itertools.product((64, 128), (False, True), (1, 16, 256)):
+            assert plan(dev, D=D, R=R, window=2048, fp8=fp8)["split_kernel"] == "per_tile_cached"
+            assert plan(dev, D=D, R=R, fp8=fp8)["split_kernel"] == "per_tile", (gfx, D, fp8, R)
+        assert plan(dev, R=16, window=2048, drafts=True)["split_kernel"] == "per_tile"
+        assert plan(dev, R=16, overrides="split_kernel=per_tile_cached")["split_kernel"] == "per_tile_cached"
+        forced = plan(dev, R=16, keys=131072, overrides="split_kernel=per_tile_cached,balance_segments=1")
+        assert (forced["split_kernel"], forced["balance_segments"]) == ("per_tile", True), forced
+        off = plan(dev, R=16, window=2048, overrides="split_kernel=per_tile")
+        assert off["split_kernel"] == "per_tile", off
+    for name in h200_plans.GRID:
+        keys, R, window = h200_plans.parse(name)
+        for D in (64, 128):
+            p = plan(h200_plans.H200, D=D, R=R, keys=keys, window=window or 0,
+                     overrides="split_kernel=per_tile_cached")
+            assert p["split_kernel"] != "per_tile_cached", (name, D, p)
 
 
 def test_nvidia_plans_never_read_the_amd_field():

@@ -135,6 +135,47 @@ def test_report_fails_on_a_failed_test_or_check():
     assert not fr.build_report(gpu, None, None, None)["ok"]   # nothing ran
 
 
+def _swa_bench():
+    bench = fake_bench()
+    bench["summary"].append(dict(config="swa32k-r16", kv_bytes=16_777_216, status="ok", ours_on_us=20.0,
+                                 ours_dev_on_us=18.0, ours_off_us=40.0,
+                                 launch_plan=dict(split_kernel="per_tile_cached", num_splits=4)))
+    nontemporal = dict(all_checks_passed=True, meta=dict(modes={"on": "..."}), errors=[], summary=[
+        dict(config="swa32k-r16", kv_bytes=16_777_216, status="ok", ours_on_us=22.0, ours_dev_on_us=20.0,
+             launch_plan=dict(split_kernel="per_tile", num_splits=4))])
+    return bench, nontemporal
+
+
+def test_report_sets_a_windows_cached_calls_beside_nontemporal_ones():
+    gpu = fr.GpuInfo("rocm", "AMD Instinct MI355X", 1, "MI355X", 8.0)
+    bench, nontemporal = _swa_bench()
+    assert fr.cached_configs(bench) == ["swa32k-r16"] and fr.cached_configs(fake_bench()) == []
+    rep = fr.build_report(gpu, TESTS_OK, bench, None, nontemporal)
+    assert rep["ok"] and rep["cache_policy"] == [dict(
+        config="swa32k-r16", cached_us=18.0, nontemporal_us=20.0, nontemporal_kernel="per_tile", status="ok",
+        cached_over_nontemporal=pytest.approx(0.9))]
+    md = fr.render_markdown(rep)
+    assert "## A window's K/V through the caches" in md and "| swa32k-r16 | 18.0 | 20.0 | 0.900 |" in md
+    assert not fr.build_report(gpu, TESTS_OK, bench, None, dict(nontemporal, all_checks_passed=False))["ok"]
+    assert "through the caches" not in fr.render_markdown(fr.build_report(gpu, TESTS_OK, fake_bench(), None))
+
+
+def test_the_nontemporal_run_forces_per_tile_on_the_cached_configs(tmp_path, monkeypatch):
+    seen = []
+
+    def fake_run(cmd, cwd, env):
+        seen.append((cmd, env))
+        (tmp_path / (fr.POLICY_BENCH_NAME + ".json")).write_text("{}")
+
+    monkeypatch.setattr(fr.subprocess, "run", fake_run)
+    assert fr.run_policy_bench(str(tmp_path), []) is None and not seen
+    path = fr.run_policy_bench(str(tmp_path), ["swa32k-r16", "swa32k-r1-fp8"])
+    assert path == str(tmp_path / (fr.POLICY_BENCH_NAME + ".json"))
+    (cmd, env), = seen
+    assert env["MUSE_ATTN_LAUNCH"] == "split_kernel=per_tile"
+    assert cmd[cmd.index("--configs") + 1] == "swa32k-r16,swa32k-r1-fp8" and "--no-flashinfer" in cmd
+
+
 def test_arguments():
     a = fr.build_parser().parse_args(["--out", "x", "--configs", "full2k-*", "--quick", "--pytest-args", "-k gpu"])
     assert (a.out, a.configs, a.quick, a.pytest_args) == ("x", "full2k-*", True, "-k gpu")

@@ -228,7 +228,7 @@ def test_launch_plan_refuses_what_a_call_refuses():
     plan = jax_muse_attn.launch_plan(*abstract, num_splits=3)
     assert plan["num_splits"] == 3, plan
     assert plan["split_kernel"] in ("per_tile", "two_tile", "fill_ring", "pingpong",
-                                    "pingpong_two_pairs"), plan
+                                    "pingpong_two_pairs", "per_tile_cached"), plan
     assert plan["merge_warps"] in (1, 2, 4, 8) and isinstance(plan["merge_pdl"], bool), plan
     assert isinstance(plan["merge_by_lane"], bool), plan
     assert isinstance(plan["balance_segments"], bool), plan

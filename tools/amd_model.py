@@ -433,6 +433,15 @@ def count(insts: Iterable[str]) -> Dict[str, int]:
     return {k: c.get(k, 0) for k in ("total",) + CATEGORIES + WATCH}
 
 
+def buffer_load_policy(insts: Iterable[str]) -> Dict[str, int]:
+    """The buffer loads (the K/V loads) by cache policy: nontemporal (the `nt` bit) or cached."""
+    n = dict(nt=0, cached=0)
+    for i in insts:
+        if mnemonic(i).startswith("buffer_load"):
+            n["nt" if re.search(r"\bnt\b", i) else "cached"] += 1
+    return n
+
+
 def vmem_round_trips(insts: Iterable[str]) -> int:
     """Vector-memory round trips along a path: waits (s_waitcnt vmcnt) with a load issued since
     the previous one, i.e. loads that cannot all be in flight together."""
@@ -736,6 +745,7 @@ def analyze_arch(root: str, arch: str, chains, mca: bool = True) -> dict:
                 res["problems"].append(f"{k['demangled']}: ScratchSize {k['scratch']} B/lane")
             blocks = build_cfg(funcs.get(name, []))
             k["static_total"] = count(i for b in blocks for i in b.insts)
+            k["buffer_loads"] = buffer_load_policy(i for b in blocks for i in b.insts)
             ls = loops(blocks)
             main = max(ls, key=lambda l: (count(i for n in l["body"] for i in blocks[n].insts)["mfma"],
                                            len(l["body"])), default=None)
@@ -767,7 +777,8 @@ def analyze_arch(root: str, arch: str, chains, mca: bool = True) -> dict:
 
 SPLIT_NAMES = {"per_tile": "split_kernel", "two_tile": "split_kernel_two_tile",
                "fill_ring": "split_kernel_fill_ring", "pingpong": "split_kernel_pingpong",
-               "pingpong_two_pairs": "split_kernel_pingpong_two_pairs"}
+               "pingpong_two_pairs": "split_kernel_pingpong_two_pairs",
+               "per_tile_cached": "split_kernel_cached"}
 TILE = 64
 ROWS_PER_BLOCK = 64
 
@@ -879,7 +890,9 @@ def roofline(archs: Dict[str, dict], hbm_fraction: float = HBM_FRACTION, launch_
         rows = []
         for cfg in cfgs:
             plan = plan_for(cfg, gpu)
-            base = "split_kernel_fp8" if cfg.fp8 else SPLIT_NAMES.get(plan["split_kernel"], "split_kernel")
+            base = SPLIT_NAMES.get(plan["split_kernel"], "split_kernel")
+            if cfg.fp8:
+                base = "split_kernel_fp8_cached" if plan["split_kernel"] == "per_tile_cached" else "split_kernel_fp8"
             d = cfg.as_dict()["head_dim"]
             split = find_kernel(archs[gpu.arch], "split", base, d)
             merge = find_kernel(archs[gpu.arch], "merge", "merge_kernel", d, plan["merge_warps"])

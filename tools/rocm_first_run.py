@@ -16,7 +16,9 @@
    rate (MI300X 5.3 TB/s, MI355X 8 TB/s; another GPU: the bench's measured copy rate), the
    model's µs beside each measured figure with measured / model, and what a kernel boundary
    costs against the fastest call (the bench's pair of dependent kernels: the figure the
-   design's two-launch decision waits for).
+   design's two-launch decision waits for), and for the calls whose plan read a window's K/V
+   through the caches (split kernel per_tile_cached), the same calls with nontemporal loads
+   (MUSE_ATTN_LAUNCH=split_kernel=per_tile): the figure the AMD table's cache_window_kv waits for.
 
 Exit 0 when every test passed and every benchmarked output was checked correct, else 1.
 """
@@ -38,6 +40,7 @@ from typing import List, Optional, Sequence
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 BENCH_NAME = "bench"
+POLICY_BENCH_NAME = "bench_nontemporal"
 REPORT_NAME = "rocm_first_run"
 
 
@@ -158,6 +161,42 @@ def run_bench(out_dir: str, configs: Optional[str], quick: bool, kv_dtypes: str 
     return path
 
 
+def cached_configs(bench: Optional[dict]) -> List[str]:
+    """The bench's configs whose plan read a window's K/V through the caches (per_tile_cached)."""
+    return [s["config"] for s in (bench or {}).get("summary", [])
+            if (s.get("launch_plan") or {}).get("split_kernel") == "per_tile_cached"]
+
+
+def run_policy_bench(out_dir: str, configs: Sequence[str]) -> Optional[str]:
+    """The configs again with nontemporal K/V loads (split kernel per_tile), command buffers on."""
+    if not configs:
+        return None
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--modes", "on", "--out", out_dir,
+           "--name", POLICY_BENCH_NAME, "--configs", ",".join(configs), "--no-flashinfer"]
+    env = dict(os.environ, MUSE_ATTN_LAUNCH="split_kernel=per_tile")
+    print(f"rocm_first_run: MUSE_ATTN_LAUNCH=split_kernel=per_tile {' '.join(cmd)}", flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=env)
+    path = os.path.join(out_dir, POLICY_BENCH_NAME + ".json")
+    return path if os.path.exists(path) else None
+
+
+def cache_policy_rows(bench: Optional[dict], nontemporal: Optional[dict]) -> List[dict]:
+    """Each per_tile_cached call of the bench beside the same call with nontemporal loads."""
+    first = (list((bench or {}).get("meta", {}).get("modes", {})) or ["on"])[0]
+    other = {s["config"]: s for s in (nontemporal or {}).get("summary", [])}
+    rows = []
+    for s in (bench or {}).get("summary", []):
+        if (s.get("launch_plan") or {}).get("split_kernel") != "per_tile_cached":
+            continue
+        n = other.get(s["config"], {})
+        cached = s.get(f"ours_dev_{first}_us") or s.get(f"ours_{first}_us")
+        nt = n.get("ours_dev_on_us") or n.get("ours_on_us")
+        rows.append(dict(config=s["config"], cached_us=cached, nontemporal_us=nt,
+                         nontemporal_kernel=(n.get("launch_plan") or {}).get("split_kernel"),
+                         status=n.get("status"), cached_over_nontemporal=cached / nt if cached and nt else None))
+    return rows
+
+
 def run_model(out_dir: str) -> Optional[dict]:
     """tools/amd_model.py's result (also written to DIR/amd_model.json), or None where it cannot
     run here (no HIP clang: ROCm's /opt/rocm/llvm/bin/clang++ is one)."""
@@ -183,7 +222,8 @@ def _fmt(x, nd=1):
     return "–" if x is None else f"{x:.{nd}f}"
 
 
-def build_report(gpu: GpuInfo, tests: Optional[dict], bench: Optional[dict], model: Optional[dict]) -> dict:
+def build_report(gpu: GpuInfo, tests: Optional[dict], bench: Optional[dict], model: Optional[dict],
+                 nontemporal: Optional[dict] = None) -> dict:
     """The report's figures (what the JSON holds; render_markdown draws them)."""
     rows, rate, rate_source = [], None, None
     if gpu.spec_tbps:
@@ -209,7 +249,8 @@ def build_report(gpu: GpuInfo, tests: Optional[dict], bench: Optional[dict], mod
             model_us=m["model_us"] if m else None, model_bound=m["bound"] if m else None,
             measured_over_model=(us / m["model_us"] if us and m and m.get("model_us") else None)))
     ok_tests = tests is not None and tests["failed"] == 0 and tests["errors"] == 0
-    ok_bench = bench is not None and bool(bench.get("all_checks_passed"))
+    ok_bench = (bench is not None and bool(bench.get("all_checks_passed"))
+                and (nontemporal is None or bool(nontemporal.get("all_checks_passed"))))
     floors = (bench or {}).get("floors", {})
     # The figure the one-launch-or-two decision waits for: a kernel boundary, from the bench's pair
     # of dependent kernels, against the fastest call measured.
@@ -224,6 +265,7 @@ def build_report(gpu: GpuInfo, tests: Optional[dict], bench: Optional[dict], mod
         tests=tests, bench_checks_passed=ok_bench if bench is not None else None,
         bench_errors=(bench or {}).get("errors", []), rate_source=rate_source, rows=rows,
         copy_floor=(bench or {}).get("copy_floor"), floors=floors, launches=launches,
+        cache_policy=cache_policy_rows(bench, nontemporal),
         model=dict(available=bool(modelled), note=(model or {}).get("note"),
                    gpu=gpu.name if modelled else None,
                    launch_us=model["roofline"][gpu.name]["launch_us"] if modelled else None,
@@ -279,6 +321,17 @@ def render_markdown(rep: dict) -> str:
                   + (f", {_fmt(100 * la['boundary_share'], 0)} % of the fastest call here ({la['fastest_config']}, "
                      f"{_fmt(la['fastest_us'])} µs)" if la.get("boundary_share") else "")
                   + ", less what its fences and counters would cost: the figure that decision waits for."]
+    cp = rep.get("cache_policy") or []
+    if cp:
+        lines += ["", "## A window's K/V through the caches", "",
+                  "The calls whose plan read a window's K/V with cached loads (split kernel per_tile_cached, "
+                  "the AMD table's cache_window_kv) beside the same calls with nontemporal loads "
+                  "(MUSE_ATTN_LAUNCH=split_kernel=per_tile), µs, command buffers on. Below 1 in the last column: "
+                  "cached pays; above: set cache_window_kv false for this target (ffi/gpu/amd_targets.h).", "",
+                  "| config | cached µs | nontemporal µs | cached / nontemporal |", "|---|---|---|---|"]
+        for r in cp:
+            lines.append(f"| {r['config']} | {_fmt(r['cached_us'])} | {_fmt(r['nontemporal_us'])} | "
+                         f"{_fmt(r['cached_over_nontemporal'], 3)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -318,10 +371,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"rocm_first_run: {gpu.count} x {gpu.device_kind} ({gpu.name or 'not a GPU the model knows'})",
               flush=True)
         tests = None if a.skip_tests else run_tests(a.out, shlex.split(a.pytest_args))
-        bench = None
+        bench = nontemporal = None
         if not a.skip_bench:
             with open(run_bench(a.out, a.configs, a.quick, a.kv_dtypes)) as f:
                 bench = json.load(f)
+            policy = run_policy_bench(a.out, cached_configs(bench))
+            if policy:
+                with open(policy) as f:
+                    nontemporal = json.load(f)
     except FirstRunError as e:
         print(f"rocm_first_run: {e}", file=sys.stderr)
         return 2
@@ -330,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             model = json.load(f)
     else:
         model = run_model(a.out)
-    rep = build_report(gpu, tests, bench, model)
+    rep = build_report(gpu, tests, bench, model, nontemporal)
     path = write_report(a.out, rep)
     print(render_markdown(rep))
     print(f"rocm_first_run: wrote {path} and {REPORT_NAME}.json")

@@ -31,6 +31,10 @@ struct AmdTarget {
   // The plan's values: split workgroups a CU holds at once, the one-wave target of the split
   // count (tuning.h ctas_per_sm_*): the fewer of what LDS and what VGPRs allow.
   int split_ctas_per_cu_d64, split_ctas_per_cu_d128;
+  // A windowed call's K/V loads keep their lines in the caches (split kernel per_tile_cached);
+  // full attention's stream past them (nontemporal). The gfx950 design's rule (the seed): the
+  // next step rereads a window's keys but for a few, a long context's once.
+  bool cache_window_kv;
 };
 
 inline constexpr AmdTarget kAmdTargets[] = {
@@ -42,7 +46,8 @@ inline constexpr AmdTarget kAmdTargets[] = {
      /*split_vgprs_d64=*/208,     // FP8 tree 175 VGPRs (-> 176) + 32 AGPRs
      /*split_vgprs_d128=*/344,    // tree 256 + 82 AGPRs -> 338 -> 344
      /*split_ctas_per_cu_d64=*/1,   // LDS: 40 KiB a workgroup, one fits 64 KiB (VGPRs: 2)
-     /*split_ctas_per_cu_d128=*/1}, // LDS: 48 KiB, one fits; VGPRs: 344 leave one wave a SIMD
+     /*split_ctas_per_cu_d128=*/1,  // LDS: 48 KiB, one fits; VGPRs: 344 leave one wave a SIMD
+     /*cache_window_kv=*/true},     // as gfx950 (256 MiB of Infinity Cache both)
     {950, "gfx950",
      /*cus=*/256,                 // MI355X
      /*lds_bytes=*/160 * 1024,    // CDNA4: 160 KiB a CU
@@ -51,7 +56,8 @@ inline constexpr AmdTarget kAmdTargets[] = {
      /*split_vgprs_d64=*/112,     // the FP8 kernels' 112, no AGPRs
      /*split_vgprs_d128=*/168,    // split_kernel<128> 166, the FP8 tree 163 -> 168
      /*split_ctas_per_cu_d64=*/4,   // LDS: 40 KiB, four fit 160 KiB; VGPRs: 112 leave four waves a SIMD
-     /*split_ctas_per_cu_d128=*/3}, // VGPRs: 168 leave three waves a SIMD; LDS: 3 too
+     /*split_ctas_per_cu_d128=*/3,  // VGPRs: 168 leave three waves a SIMD; LDS: 3 too
+     /*cache_window_kv=*/true},
 };
 inline constexpr int kNumAmdTargets = sizeof(kAmdTargets) / sizeof(kAmdTargets[0]);
 

@@ -118,10 +118,11 @@ inline dim3 split_grid_two_pairs(const VerifyParams& p) {
 
 // Split: every CTA finds its tiles from seq_lens and exits when it has none.
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
-// The split kernel of an FP8 cache (kv_format != bf16): the plan's ping-pong kernels, else per_tile.
+// The split kernel of an FP8 cache (kv_format != bf16): the plan's ping-pong kernels (NVIDIA) or
+// per_tile_cached (AMD), else per_tile.
 gpuError_t launch_split_fp8(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of the drafts target (ragged drafts, trees; bf16 or FP8 cache): two_tile where
-// the plan says so over a bf16 cache at D = 64, else per_tile.
+// the plan says so over a bf16 cache at D = 64, else per_tile (no cached variant).
 gpuError_t launch_split_drafts(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
 // The split kernel of a call: the drafts kernel where drafts are ragged or a tree, else the plan's
 // (a chain asking for its lse runs the chain's kernels; the merge writes the lse).

@@ -69,11 +69,12 @@ constexpr bool amd_table_is_derived() {
 static_assert(amd_table_is_derived(), "an AMD table value differs from its derivation");
 
 // The tuning the plan applies on an AMD target: tuning.h's, with the one-wave target (split
-// CTAs an SM) from the table.
+// CTAs an SM) and the window's cache policy from the table.
 constexpr Tuning amd_tuning(const AmdTarget& a, const Tuning& base) {
   Tuning r = base;
   r.ctas_per_sm_d64 = a.split_ctas_per_cu_d64;
   r.ctas_per_sm_d128 = a.split_ctas_per_cu_d128;
+  r.cache_window_kv = a.cache_window_kv;
   return r;
 }
 
@@ -121,10 +122,11 @@ enum class SplitKernel : int {
   kFillRing = 2,          // a four-tile segment's copies all issued before the first wait
   kPingpong = 3,          // two warpgroups taking alternate tiles (long segments; NVIDIA)
   kPingpongTwoPairs = 4,  // the same as two pairs a CTA, each on its own segment, one CTA an SM
+  kPerTileCached = 5,     // per_tile with K/V loads that keep their lines in the caches (AMD)
 };
-inline constexpr int kNumSplitKernels = 5;
+inline constexpr int kNumSplitKernels = 6;
 inline constexpr const char* kSplitKernelNames[kNumSplitKernels] = {
-    "per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs"};
+    "per_tile", "two_tile", "fill_ring", "pingpong", "pingpong_two_pairs", "per_tile_cached"};
 
 struct Plan {
   int num_splits = 1;          // segments a (request, KV head) group's keys are cut into
@@ -172,8 +174,8 @@ inline std::string parse_overrides(const std::string& text, Overrides* out) {
       const auto* hit = std::find_if(names, names + kNumSplitKernels,
                                      [&](const char* n) { return value == n; });
       if (hit == names + kNumSplitKernels)
-        err = "split_kernel must be per_tile, two_tile, fill_ring, pingpong or pingpong_two_pairs, "
-              "got '" + value + "'";
+        err = "split_kernel must be per_tile, two_tile, fill_ring, pingpong, pingpong_two_pairs "
+              "or per_tile_cached, got '" + value + "'";
       else
         o.split_kernel = static_cast<int>(hit - names);
     } else if (key == "merge_warps") {
@@ -257,8 +259,9 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
   int forced = o.split_kernel;  // where the forced kernel can run (else the default choice)
   if (forced >= 0) {
     const auto k = static_cast<SplitKernel>(forced);
-    const bool runs = k == SplitKernel::kPerTile ||
-                      (s.head_dim == 64 && (k == SplitKernel::kTwoTile || nvidia));
+    const bool runs = k == SplitKernel::kPerTile || (k == SplitKernel::kPerTileCached && !nvidia) ||
+                      (s.head_dim == 64 && (k == SplitKernel::kTwoTile ||
+                                            (nvidia && k != SplitKernel::kPerTileCached)));
     if (runs && k == SplitKernel::kPingpongTwoPairs && !(sm90 && d.has_two_pairs))
       forced = static_cast<int>(SplitKernel::kPingpong);
     if (!runs) forced = -1;
@@ -266,8 +269,8 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
   const auto forced_pingpong = [&] {
     return forced == int(SplitKernel::kPingpong) || forced == int(SplitKernel::kPingpongTwoPairs);
   };
-  if (s.kv_fp8 && forced >= 0 && !forced_pingpong())
-    forced = static_cast<int>(SplitKernel::kPerTile);  // an FP8 cache's other variant
+  if (s.kv_fp8 && forced >= 0 && !forced_pingpong() && forced != int(SplitKernel::kPerTileCached))
+    forced = static_cast<int>(SplitKernel::kPerTile);  // an FP8 cache's other variants
   if (s.drafts && forced >= 0 && forced != static_cast<int>(SplitKernel::kTwoTile))
     forced = static_cast<int>(SplitKernel::kPerTile);  // the drafts target's other variant
   // An FP8 cache's tiles cost more math than bytes (their dequantization): its ping-pong kernels,
@@ -305,12 +308,17 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
         !p.merge_pdl || ctas + merge_ctas <= int64_t{t.fill_ring_max_ctas_per_sm} * sms;
     const bool ring = sm90 && s.head_dim == 64 && !s.drafts && !s.kv_fp8 && merge_fits &&
                       tiles == split_stages(Vendor::kNvidia, 64);
-    p.split_kernel = ring ? SplitKernel::kFillRing : SplitKernel::kPerTile;
+    // AMD: a window's keys through the caches, where the target's row says so (amd_targets.h).
+    const bool cached = !nvidia && t.cache_window_kv && s.window > 0 && !s.drafts;
+    p.split_kernel = ring     ? SplitKernel::kFillRing
+                     : cached ? SplitKernel::kPerTileCached
+                              : SplitKernel::kPerTile;
   }
-  // The balanced cut's segments are of any length: no two_tile or fill_ring under it. A forced
-  // kernel of those turns the default cut off; both forced, per_tile.
+  // The balanced cut's segments are of any length: no two_tile or fill_ring under it, and it has
+  // no cached variant. A forced kernel of those turns the default cut off; both forced, per_tile.
   if (p.balance_segments &&
-      (p.split_kernel == SplitKernel::kTwoTile || p.split_kernel == SplitKernel::kFillRing)) {
+      (p.split_kernel == SplitKernel::kTwoTile || p.split_kernel == SplitKernel::kFillRing ||
+       p.split_kernel == SplitKernel::kPerTileCached)) {
     if (o.balance_segments == 1)
       p.split_kernel = SplitKernel::kPerTile;
     else

@@ -428,13 +428,16 @@ inline constexpr int kTwoTileMaxRegs = 65536 / (kThreads * kMinCtasPerSm<64>) / 
 // drafts sets its geometry; Q rows past it are not read, and their partials not by the merge. A
 // ragged chain is a chain of `count` tokens and takes the chain's mask; a tree's rows are masked
 // by their DraftRow.
+// kCachedKv (AMD): the K/V loads keep their lines in the caches (the plan's per_tile_cached, for a
+// window); else they are nontemporal.
 template <int D, bool kTwoTile, bool kFillRing, bool kFp8 = false,
-          DraftKind kDrafts = DraftKind::kChain, bool kBalanced = false>
+          DraftKind kDrafts = DraftKind::kChain, bool kBalanced = false, bool kCachedKv = false>
 __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   constexpr bool kCounted = kDrafts != DraftKind::kChain, kTree = kDrafts == DraftKind::kTree;
   static_assert(!(kFp8 && (kTwoTile || kFillRing)), "FP8 tiles one at a time");
   static_assert(!(kCounted && kFillRing), "no fill ring for the drafts target");
   static_assert(!(kBalanced && (kTwoTile || kFillRing)), "the balanced cut's segments vary");
+  static_assert(!kCachedKv || kVendor == Vendor::kAmd, "a cache policy of AMD's loads");
   MUSE_DYNAMIC_SHARED(smem_raw);
 #if defined(MUSE_ATTN_CUDA)
   char* const smem = smem_raw + ((kSmemAlign - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) %
@@ -535,7 +538,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
       const TilePages pages = resolve(src, entries);
-      constexpr auto kPolicy = amd::CachePolicy::kNonTemporal;
+      constexpr auto kPolicy = kCachedKv ? amd::CachePolicy::kCached : amd::CachePolicy::kNonTemporal;
       if constexpr (kFp8)
         load_fp8_tile_regs<D, kThreads, kPolicy>(r, src, scales(), g, tile, pages, tid, unread_keys(tile));
       else

@@ -4,6 +4,7 @@
 //   split_kernel<D>             a segment tile by tile;
 //   split_kernel_two_tile<64>   a segment of exactly two tiles as one 128-key step;
 //   split_kernel_fill_ring<64>  a four-tile segment's copies all issued in the prologue;
+//   split_kernel_cached<D>      split_kernel, its K/V loads through the caches (AMD: a window);
 //   split_kernel_pingpong<64, false>   two warpgroups a CTA taking alternate tiles (NVIDIA), and
 //   split_kernel_pingpong_two_pairs<64, false>  the same as two pairs a CTA, each on its own
 //   segment (pingpong_cta.h).
@@ -28,6 +29,12 @@ template <int D>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_fill_ring(VerifyParams p) {
   run_split_cta<D, false, true>(p);
 }
+#if defined(MUSE_ATTN_HIP)
+template <int D>
+__global__ void __launch_bounds__(kThreads, kMinCtasPerSm<D>) split_kernel_cached(VerifyParams p) {
+  run_split_cta<D, false, false, false, DraftKind::kChain, false, true>(p);
+}
+#endif
 template <int D>
 __global__ void MUSE_ATTN_TWO_TILE_BOUNDS split_kernel_two_tile(VerifyParams p) {
   static_assert(D == 64, "the two-tile step is tuned (and its cap written) for D = 64");
@@ -42,13 +49,17 @@ gpuError_t launch_split_entry(Kernel kernel, std::atomic<uint64_t>& done, const 
   return launch_with_smem(kernel, done, split_grid(p), kThreads, split_smem_bytes<D>(), p, stream);
 }
 
-template <int D, bool kTwoTile = false, bool kFillRing = false>
+template <int D, bool kTwoTile = false, bool kFillRing = false, bool kCached = false>
 gpuError_t launch_split_d(const VerifyParams& p, gpuStream_t stream) {
   static std::atomic<uint64_t> done{0};
   if constexpr (kTwoTile) {
     return launch_split_entry<D>(split_kernel_two_tile<D>, done, p, stream);
   } else if constexpr (kFillRing) {
     return launch_split_entry<D>(split_kernel_fill_ring<D>, done, p, stream);
+#if defined(MUSE_ATTN_HIP)
+  } else if constexpr (kCached) {
+    return launch_split_entry<D>(split_kernel_cached<D>, done, p, stream);
+#endif
   } else {
     return launch_split_entry<D>(split_kernel<D>, done, p, stream);
   }
@@ -70,9 +81,9 @@ bool pingpong_two_pairs_loaded() {
 #endif
 }
 
-// The variants other than per_tile exist at D = 64 only, and the fill ring and ping-pong kernels
-// on NVIDIA only (launch_plan.h never picks them elsewhere; here they fall back to per_tile). An
-// FP8 cache has the per-tile kernel only (split_kernel_fp8.cu.cc).
+// The variants other than per_tile and per_tile_cached exist at D = 64 only, the fill ring and
+// ping-pong kernels on NVIDIA only, per_tile_cached on AMD only (launch_plan.h never picks them
+// elsewhere; here they fall back to per_tile). An FP8 cache: split_kernel_fp8.cu.cc.
 gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream) {
   if (p.kv_format != static_cast<int>(KvFormat::kBf16)) return launch_split_fp8(p, kernel, stream);
   const bool d64 = p.head_dim == 64;
@@ -83,6 +94,11 @@ gpuError_t launch_split(const VerifyParams& p, SplitKernel kernel, gpuStream_t s
   if (d64 && kernel == SplitKernel::kTwoTile) return launch_split_d<64, true>(p, stream);
 #if defined(MUSE_ATTN_CUDA)
   if (d64 && kernel == SplitKernel::kFillRing) return launch_split_d<64, false, true>(p, stream);
+#endif
+#if defined(MUSE_ATTN_HIP)
+  if (kernel == SplitKernel::kPerTileCached)
+    return d64 ? launch_split_d<64, false, false, true>(p, stream)
+               : launch_split_d<128, false, false, true>(p, stream);
 #endif
   return d64 ? launch_split_d<64>(p, stream) : launch_split_d<128>(p, stream);
 }

@@ -35,6 +35,8 @@ struct Tuning {
   // Segments.
   int balance_min_segment_tiles;   // the balanced cut where the plan's segments are this long
   int balance_max_requests;        // ... and a call has at most this many requests
+  // Loads.
+  bool cache_window_kv;            // a windowed call's K/V through the caches (per_tile_cached; AMD)
 };
 
 inline constexpr Tuning kTuning = {
@@ -62,6 +64,7 @@ inline constexpr Tuning kTuning = {
     /*merge_ctas_per_sm_beside_pingpong=*/2,
     /*balance_min_segment_tiles=*/64,
     /*balance_max_requests=*/64,
+    /*cache_window_kv=*/false,  // no NVIDIA kernel has it
 };
 
 }  // namespace muse_attn::gpu

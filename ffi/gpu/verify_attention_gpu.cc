@@ -37,8 +37,11 @@ ffi::Error read_plan(int32_t split_kernel, int32_t merge_warps, int32_t merge_pd
   plan->merge_pdl = merge_pdl != 0;
   plan->merge_by_lane = merge_by_lane != 0;
   const char* name = kSplitKernelNames[split_kernel];
-  if (plan->split_kernel != SplitKernel::kPerTile && head_dim != 64)
-    return bad(std::string(name) + " needs D = 64");
+  const bool per_tile =
+      plan->split_kernel == SplitKernel::kPerTile || plan->split_kernel == SplitKernel::kPerTileCached;
+  if (!per_tile && head_dim != 64) return bad(std::string(name) + " needs D = 64");
+  if (plan->split_kernel == SplitKernel::kPerTileCached && kVendor != Vendor::kAmd)
+    return bad(std::string(name) + " runs on AMD only");
   const bool nvidia_only = plan->split_kernel == SplitKernel::kFillRing ||
                            plan->split_kernel == SplitKernel::kPingpong ||
                            plan->split_kernel == SplitKernel::kPingpongTwoPairs;
