@@ -79,14 +79,36 @@ def test_segments_capped_and_whole_waves_past_one():
     """Past one wave (one segment a group overflows it) or where segments would be longer than
     128 tiles: the count, from the least that caps segments, whose waves carry the fewest tiles
     on the busiest SM. Measured on an H100 (tools/split_sweep.py): full 8k R=256 takes 3, a
-    ragged batch in a 128k table at least 16."""
-    cases = {("full8k", 256): 3, ("full2k", 256): 3, ("full128k", 16): 24, ("full128k", 32): 18,
+    ragged batch in a 128k table at least 16 (full 16k R=256 here: 256 tiles a group)."""
+    cases = {("full16k", 256): 3, ("full128k", 16): 24, ("full128k", 32): 18,
              ("full32k", 32): 4, ("full2k", 128): 1}
     for (ctx, r), want in cases.items():
         s = shapes(r, int(ctx[4:-1]) * 1024)
         p = plan(s)
         assert p["num_splits"] == want, (ctx, r, p)
         assert -(-s.max_tiles // p["num_splits"]) <= 128
+    # An FP8 cache (no whole-group rule) and D = 128 (no ping-pong kernel) keep the wave count.
+    for s in (shapes(256, 2048, kv_dtype="float8_e4m3fn"), shapes(256, 2048, D=128)):
+        p = plan(s)
+        assert (p["num_splits"], p["split_kernel"]) == (3 if s.head_dim == 64 else 1, "per_tile"), p
+
+
+def test_whole_groups_past_one_wave_by_the_pingpong_kernel():
+    """Where one segment a group is already more per-tile CTAs than a wave holds and a group's
+    keys are one segment of 16-128 tiles (SWA and full 2k at R=256), one segment a group by the
+    ping-pong kernel. Measured on an H200 (tools/split_sweep.py), per_tile at 3 splits ->
+    ping-pong at 1: SWA R=256 91.1 -> 84.5 µs, full 2k R=256 89.7 -> 83.6, full 8k R=256 272.6 ->
+    265.2. Longer groups (full 16k R=256: 256 tiles) keep the capped count."""
+    for keys, window in ((2048, None), (32768, 2048), (8192, None)):
+        p = plan(shapes(256, keys, window))
+        assert (p["num_splits"], p["split_kernel"]) == (1, "pingpong"), (keys, window, p)
+    assert plan(shapes(128, 2048)) == plan(shapes(128, 2048), num_splits=1)  # one wave: as before
+    p = plan(shapes(256, 16384))
+    assert p["num_splits"] > 1 and p["split_kernel"] == "per_tile", p
+    a100 = dict(H200, compute_major=8, merge_can_wait=False, has_two_pairs=False)
+    assert plan(shapes(256, 2048), a100)["split_kernel"] == "per_tile"
+    # a pinned count keeps its own kernel choice
+    assert plan(shapes(256, 2048), num_splits=3)["split_kernel"] == "per_tile"
 
 
 def test_two_pairs_only_in_one_wave_by_default():

@@ -234,6 +234,17 @@ inline bool pingpong_capable(const CallShape& s, const Device& d) {
   return d.vendor == Vendor::kNvidia && s.head_dim == 64 && d.compute_major == 9 && !s.drafts;
 }
 
+// Whole groups past one wave: a wave of per-tile CTAs holds less than one segment a group, and a
+// group's keys make one segment the ping-pong kernel takes (pingpong_min_segment_tiles to
+// max_segment_tiles). One segment a group then, by the ping-pong kernel: no merge to wait for,
+// and its two teams a CTA overlap one's math with the other's loads.
+inline bool pingpong_whole_groups(const CallShape& s, const Device& d, const Tuning& t) {
+  const int64_t tiles = s.max_tiles();
+  return pingpong_capable(s, d) && !s.kv_fp8 &&
+         s.groups() * s.row_blocks() > int64_t{t.ctas_per_sm_d64} * d.multiprocessors &&
+         tiles >= t.pingpong_min_segment_tiles && tiles <= t.max_segment_tiles;
+}
+
 // The plan at a given split count; o may force parts of it.
 inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int num_splits,
                     const Overrides& o) {
@@ -276,8 +287,9 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
   // An FP8 cache's tiles cost more math than bytes (their dequantization): its ping-pong kernels,
   // which run one team's math under the other's, take long segments at any CTA count.
   const bool pingpong = forced >= 0 ? forced_pingpong()
-                                    : pingpong_capable(s, d) && (few_ctas || s.kv_fp8) &&
-                                          tiles >= t.pingpong_min_segment_tiles;
+                                    : (pingpong_capable(s, d) && (few_ctas || s.kv_fp8) &&
+                                       tiles >= t.pingpong_min_segment_tiles) ||
+                                          (num_splits == 1 && pingpong_whole_groups(s, d, t));
 
   p.merge_warps = o.merge_warps > 0
                       ? o.merge_warps
@@ -395,6 +407,7 @@ inline int default_num_splits(const CallShape& s, const Device& d, const Tuning&
         if (wave_tiles(n) < wave_tiles(best)) best = n;
       splits = as_segments(best);
     }
+    if (pingpong_whole_groups(s, d, t)) splits = 1;  // by the ping-pong kernel (plan_at)
   }
   return static_cast<int>(std::min<int64_t>(splits, 1 << 30));
 }
