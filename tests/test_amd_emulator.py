@@ -268,7 +268,7 @@ def check_fp8(emu, c, num_splits, what):
     """The FP8 call against the oracle, and bit for bit the bf16 kernel on the dequantized cache
     (from the tile on, the two are one computation)."""
     out, plan = check(emu, c, num_splits=num_splits, schedule="wave_serial", what=what)
-    assert plan["split_kernel"] == "per_tile", plan
+    assert plan["split_kernel"] == ("per_tile_cached" if c.window else "per_tile"), plan
     bf16 = emu.run(c.q_np, dequantized(c), c.bt_np, c.sl_np, scale=c.scale, tokens=c.NQ,
                    window=c.window, num_reqs=c.num_reqs, plan=plan)
     np.testing.assert_array_equal(out, bf16, err_msg=what)

@@ -87,8 +87,9 @@ def test_default_launch_plans_of_the_benchmark_grid():
     # tests/h200_plans.py describes an H200 / H100 SXM running the default build's sm_90a code
     h200 = sm90 and d["has_two_pairs"] and sms == h200_plans.SMS
     for (name, dim), plan in _grid_plans().items():
-        if dim == 128 or not sm90:  # the variants are D = 64, tuned on sm_90
-            assert plan["split_kernel"] == "per_tile", (name, dim, plan)
+        if dim == 128 or not sm90:  # the variants are D = 64, tuned on sm_90; AMD reads a window cached
+            cached = d["vendor"] == "amd" and h200_plans.parse(name)[2] is not None
+            assert plan["split_kernel"] == ("per_tile_cached" if cached else "per_tile"), (name, dim, plan)
         ctas = h200_plans.parse(name)[1] * h200_plans.HKV * plan["num_splits"]
         pdl = d["vendor"] == "nvidia" and d["compute_major"] >= 9 and d["merge_can_wait"]
         assert plan["merge_pdl"] == (pdl and ctas <= 2 * sms), (name, dim, plan, d)
