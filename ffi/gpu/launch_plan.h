@@ -270,9 +270,10 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
   int forced = o.split_kernel;  // where the forced kernel can run (else the default choice)
   if (forced >= 0) {
     const auto k = static_cast<SplitKernel>(forced);
-    const bool runs = k == SplitKernel::kPerTile || (k == SplitKernel::kPerTileCached && !nvidia) ||
-                      (s.head_dim == 64 && (k == SplitKernel::kTwoTile ||
-                                            (nvidia && k != SplitKernel::kPerTileCached)));
+    const bool runs = k == SplitKernel::kPerTile ||
+                      (k == SplitKernel::kPerTileCached
+                           ? !nvidia
+                           : s.head_dim == 64 && (k == SplitKernel::kTwoTile || nvidia));
     if (runs && k == SplitKernel::kPingpongTwoPairs && !(sm90 && d.has_two_pairs))
       forced = static_cast<int>(SplitKernel::kPingpong);
     if (!runs) forced = -1;

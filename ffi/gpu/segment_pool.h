@@ -36,7 +36,8 @@ __device__ __forceinline__ PoolArgs pool_args(const VerifyParams& p, bool counte
 __device__ __forceinline__ int pool_request_tiles(const PoolArgs& a, int real, int r) {
   if (r >= real) return 0;
   const int count = a.counted ? clamp_draft_count(a.draft_lens[r], a.tokens) : a.tokens;
-  return request_tiles(request_geometry(keyed_length(a.seq_lens[r], count, a.counted), a.pages * kPageSize, count, a.window, 1));
+  const int len = keyed_length(a.seq_lens[r], count, a.counted);
+  return request_tiles(request_geometry(len, a.pages * kPageSize, count, a.window, 1));
 }
 
 __device__ __forceinline__ int64_t shfl_xor_i64(int64_t v, int mask) {
