@@ -779,6 +779,8 @@ SPLIT_NAMES = {"per_tile": "split_kernel", "two_tile": "split_kernel_two_tile",
                "fill_ring": "split_kernel_fill_ring", "pingpong": "split_kernel_pingpong",
                "pingpong_two_pairs": "split_kernel_pingpong_two_pairs",
                "per_tile_cached": "split_kernel_cached"}
+# An FP8 cache's split kernels: one a cache policy (every other plan runs the per-tile one).
+FP8_SPLIT_NAMES = {"per_tile": "split_kernel_fp8", "per_tile_cached": "split_kernel_fp8_cached"}
 TILE = 64
 ROWS_PER_BLOCK = 64
 
@@ -890,9 +892,8 @@ def roofline(archs: Dict[str, dict], hbm_fraction: float = HBM_FRACTION, launch_
         rows = []
         for cfg in cfgs:
             plan = plan_for(cfg, gpu)
-            base = SPLIT_NAMES.get(plan["split_kernel"], "split_kernel")
-            if cfg.fp8:
-                base = "split_kernel_fp8_cached" if plan["split_kernel"] == "per_tile_cached" else "split_kernel_fp8"
+            names = FP8_SPLIT_NAMES if cfg.fp8 else SPLIT_NAMES
+            base = names.get(plan["split_kernel"], names["per_tile"])
             d = cfg.as_dict()["head_dim"]
             split = find_kernel(archs[gpu.arch], "split", base, d)
             merge = find_kernel(archs[gpu.arch], "merge", "merge_kernel", d, plan["merge_warps"])

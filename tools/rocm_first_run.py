@@ -161,10 +161,14 @@ def run_bench(out_dir: str, configs: Optional[str], quick: bool, kv_dtypes: str 
     return path
 
 
-def cached_configs(bench: Optional[dict]) -> List[str]:
-    """The bench's configs whose plan read a window's K/V through the caches (per_tile_cached)."""
-    return [s["config"] for s in (bench or {}).get("summary", [])
+def cached_summaries(bench: Optional[dict]) -> List[dict]:
+    """The bench's calls whose plan read a window's K/V through the caches (per_tile_cached)."""
+    return [s for s in (bench or {}).get("summary", [])
             if (s.get("launch_plan") or {}).get("split_kernel") == "per_tile_cached"]
+
+
+def cached_configs(bench: Optional[dict]) -> List[str]:
+    return [s["config"] for s in cached_summaries(bench)]
 
 
 def run_policy_bench(out_dir: str, configs: Sequence[str]) -> Optional[str]:
@@ -180,14 +184,12 @@ def run_policy_bench(out_dir: str, configs: Sequence[str]) -> Optional[str]:
     return path if os.path.exists(path) else None
 
 
-def cache_policy_rows(bench: Optional[dict], nontemporal: Optional[dict]) -> List[dict]:
-    """Each per_tile_cached call of the bench beside the same call with nontemporal loads."""
-    first = (list((bench or {}).get("meta", {}).get("modes", {})) or ["on"])[0]
+def cache_policy_rows(bench: Optional[dict], nontemporal: Optional[dict], first: str) -> List[dict]:
+    """Each per_tile_cached call of the bench (its first mode's time) beside the same call with
+    nontemporal loads."""
     other = {s["config"]: s for s in (nontemporal or {}).get("summary", [])}
     rows = []
-    for s in (bench or {}).get("summary", []):
-        if (s.get("launch_plan") or {}).get("split_kernel") != "per_tile_cached":
-            continue
+    for s in cached_summaries(bench):
         n = other.get(s["config"], {})
         cached = s.get(f"ours_dev_{first}_us") or s.get(f"ours_{first}_us")
         nt = n.get("ours_dev_on_us") or n.get("ours_on_us")
@@ -265,7 +267,7 @@ def build_report(gpu: GpuInfo, tests: Optional[dict], bench: Optional[dict], mod
         tests=tests, bench_checks_passed=ok_bench if bench is not None else None,
         bench_errors=(bench or {}).get("errors", []), rate_source=rate_source, rows=rows,
         copy_floor=(bench or {}).get("copy_floor"), floors=floors, launches=launches,
-        cache_policy=cache_policy_rows(bench, nontemporal),
+        cache_policy=cache_policy_rows(bench, nontemporal, first),
         model=dict(available=bool(modelled), note=(model or {}).get("note"),
                    gpu=gpu.name if modelled else None,
                    launch_us=model["roofline"][gpu.name]["launch_us"] if modelled else None,
