@@ -142,8 +142,15 @@ struct LaneMask {
     return pages_ok != 0xFu || t < whole_lo || t >= whole_hi;
   }
 };
-// The warp's rows start at row0 of the group; a query row's token, without branches (rows past
-// the group's are clamped: their scores are never written). tokens: the request's where it is not
+
+// The token of the lane's row rr (rows past the group's clamped: their scores are never written).
+template <int D>
+__device__ __forceinline__ int lane_row_token(const VerifyParams& p, const WarpAttention<D>& w, int row0,
+                                              int rr) {
+  return min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk;
+}
+
+// The warp's rows start at row0 of the group. tokens: the request's where it is not
 // p.tokens (a ragged chain's count; rows past it see what they may: the merge skips them).
 template <int D>
 __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
@@ -153,7 +160,7 @@ __device__ __forceinline__ LaneMask<WarpAttention<D>::kRowsPerLane> lane_mask(
   LaneMask<R> m;
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
-    m.qpos[rr] = token_position(g, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
+    m.qpos[rr] = token_position(g, lane_row_token(p, w, row0, rr));
     m.key_min[rr] = first_visible_key(m.qpos[rr], p.window);
   }
   whole_tiles(g.ctx, tokens < 0 ? p.tokens : tokens, p.window, &m.whole_lo, &m.whole_hi);
@@ -195,37 +202,79 @@ struct DraftLaneMask {
   }
 };
 
-// Request req's clamped draft depths as tree_draft_row reads them.
+// A tree's row t as found in memory. Loaded before the request's geometry is known (the loads
+// need only the request), so that a row's mask costs one load latency beside seq_lens instead of
+// one after it; lanes at or past p.tokens hold none.
+struct TreeRowFound {
+  uint32_t bits = 0u;  // tree_mask[req, t]
+  int depth = 0;       // draft_depths[req, t], unclamped
+  __device__ static TreeRowFound load(const VerifyParams& p, int req, int t) {
+    TreeRowFound r;
+    if (t < p.tokens) {
+      const int64_t at = int64_t{req} * p.tokens + t;
+      r.bits = p.tree_mask[at];
+      r.depth = p.draft_depths[at];
+    }
+    return r;
+  }
+};
+
+// The request's clamped depths as tree_draft_row reads them where a depth reaches the window.
 struct DraftDepths {
   const int32_t* row;  // draft_depths[req]
   int tokens;
   __device__ int operator[](int j) const { return clamp_draft_depth(row[j], tokens); }
 };
 
-// Row t's DraftRow in a tree (tree_mask and depths read only for a live row).
-__device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, int ctx, int count, int t) {
+// Row t's DraftRow in a tree, from the row as found in memory.
+__device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, int ctx, int count, int t,
+                                              TreeRowFound found) {
   if (t >= count || ctx + t < 0) return dead_draft_row();
-  const int64_t at = int64_t{req} * p.tokens;
-  return tree_draft_row(ctx, count, t, p.tree_mask[at + t], DraftDepths{p.draft_depths + at, p.tokens},
-                        p.window);
+  return tree_draft_row(ctx, count, t, found.bits, clamp_draft_depth(found.depth, p.tokens),
+                        DraftDepths{p.draft_depths + int64_t{req} * p.tokens, p.tokens}, p.window);
 }
 
-// The drafts [0, count) of a tree that no row sees.
+// The drafts [0, count) of a tree that no row sees, row by row (AMD: every lane alike, in scalar
+// registers).
 __device__ __forceinline__ uint32_t unread_tree_drafts(const VerifyParams& p, int req, int ctx, int count) {
   uint32_t read = 0u;
-  for (int t = 0; t < count; ++t) read |= draft_row(p, req, ctx, count, t).draft_bits;
+  for (int t = 0; t < count; ++t)
+    read |= draft_row(p, req, ctx, count, t, TreeRowFound::load(p, req, t)).draft_bits;
   return low_bits(count) & ~read;
 }
+
+#if !defined(MUSE_ATTN_HIP)
+// The same by a warp whose lane t found row t (NVIDIA: one load latency, not one a row); every
+// lane gets it.
+__device__ __forceinline__ uint32_t unread_tree_drafts_by_warp(const VerifyParams& p, int req, int ctx,
+                                                                int count, int lane, TreeRowFound found) {
+  const uint32_t seen = draft_row(p, req, ctx, count, lane, found).draft_bits;
+  return low_bits(count) & ~xor_reduce<1, kLaneBits>(seen, [](uint32_t a, uint32_t b) { return a | b; });
+}
+#endif
+
+// The lane's rows of a tree as found in memory (draft_lane_mask's input), loaded with seq_lens.
+template <int D>
+struct LaneTreeRows {
+  TreeRowFound row[WarpAttention<D>::kRowsPerLane];
+  __device__ static LaneTreeRows load(const VerifyParams& p, int req, const WarpAttention<D>& w, int row0) {
+    LaneTreeRows r;
+#pragma unroll
+    for (int rr = 0; rr < WarpAttention<D>::kRowsPerLane; ++rr)
+      r.row[rr] = TreeRowFound::load(p, req, lane_row_token(p, w, row0, rr));
+    return r;
+  }
+};
 
 template <int D>
 __device__ __forceinline__ DraftLaneMask<WarpAttention<D>::kRowsPerLane> draft_lane_mask(
     const VerifyParams& p, int req, const RequestGeometry& g, int count, const WarpAttention<D>& w,
-    int row0) {
+    int row0, const LaneTreeRows<D>& found) {
   constexpr int R = WarpAttention<D>::kRowsPerLane;
   DraftLaneMask<R> m{p, g, {}, {}};
 #pragma unroll
   for (int rr = 0; rr < R; ++rr) {
-    const DraftRow d = draft_row(p, req, g.ctx, count, min_i(row0 + w.row_of(rr), p.rows - 1) / p.qpk);
+    const DraftRow d = draft_row(p, req, g.ctx, count, lane_row_token(p, w, row0, rr), found.row[rr]);
     m.key_lo[rr] = d.key_lo;
     m.bits[rr] = d.draft_bits;
   }
@@ -468,6 +517,12 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   const QTile<D, kMaxRows> q_tile{smem + split_stages_bytes<D, kFp8>()};
   stage_query_rows<D, kThreads>(p, c, q_tile, tid, kCounted ? count * p.qpk.divisor() : p.rows);
   Warp w(lane);
+  // A tree's rows: the lane's own (its mask) and, on NVIDIA, warp 0's lane t row t (the drafts no
+  // row sees), in flight with seq_lens.
+  const LaneTreeRows<D> lane_tree_rows = kTree ? LaneTreeRows<D>::load(p, c.req, w, row0) : LaneTreeRows<D>{};
+#if !defined(MUSE_ATTN_HIP)
+  const TreeRowFound tree_row = kTree && warp == 0 ? TreeRowFound::load(p, c.req, lane) : TreeRowFound{};
+#endif
   RequestGeometry g = request_geometry(raw_len, p.pages * kPageSize, count, p.window,
                                        p.num_splits);
   if constexpr (kBalanced) cut_from_pool(&g, c.pool_len, 0);
@@ -497,22 +552,32 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   static_assert(kStages <= 8, "4 bits a stage in one 32-bit register");
   unsigned present = 0;
   // A tree's draft slots that no row sees are never read (mask.h tree_read_bits). NVIDIA: worked
-  // out once by thread 0 into shared memory, read back for the (at most two) tiles holding draft
-  // slots, so that nothing of it stays in registers across the loop. AMD: every lane works out
-  // the same word, which stays in scalar registers (a static shared word would put the D = 64
-  // kernel one LDS granule past the chain's 40 KiB: three workgroups a CU on gfx950, not four).
+  // out once by warp 0 (a row a lane) into shared memory, read back for the (at most two) tiles
+  // holding draft slots, so that nothing of it stays in registers across the loop; worked out
+  // once the first block ids' loads are issued (tree_word_ready), before any copy reads it. AMD:
+  // every lane works out the same word, which stays in scalar registers (a static shared word
+  // would put the D = 64 kernel one LDS granule past the chain's 40 KiB: three workgroups a CU
+  // on gfx950, not four).
 #if defined(MUSE_ATTN_HIP)
   const uint32_t unread_drafts = kTree ? unread_tree_drafts(p, c.req, g.ctx, count) : 0u;
   auto unread_word = [&] { return unread_drafts; };
+  auto tree_word_ready = [] {};
 #else
-  const uint32_t* unread_drafts = nullptr;
+  uint32_t* unread_drafts = nullptr;
   if constexpr (kTree) {
     __shared__ uint32_t unread_word;
-    if (tid == 0) lds_write(&unread_word, unread_tree_drafts(p, c.req, g.ctx, count));
-    __syncthreads();
     unread_drafts = &unread_word;
   }
   auto unread_word = [&] { return lds_value(*unread_drafts); };
+  auto tree_word_ready = [&] {
+    if constexpr (kTree) {
+      if (warp == 0) {
+        const uint32_t word = unread_tree_drafts_by_warp(p, c.req, g.ctx, count, lane, tree_row);
+        if (lane == 0) lds_write(unread_drafts, word);
+      }
+      __syncthreads();
+    }
+  };
 #endif
   auto unread_keys = [&](int tile) -> uint64_t {
     if constexpr (kTree) {
@@ -592,6 +657,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       if (t0 + s < t1) first[s] = load_tile_entries(src, t0 + s);
     // The loop's first refill's ids too, ahead of every K/V copy.
     if (t0 + kStages - 1 < t1) next = load_tile_entries(src, t0 + kStages - 1);
+    tree_word_ready();
 #if defined(MUSE_ATTN_HIP)
     if constexpr (kRegPrefetch) {
       // AMD: the prologue's tiles through registers too, every tile's loads in flight before the
@@ -619,6 +685,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       next = t0 + kStages < t1 ? load_tile_entries(src, t0 + kStages) : TileEntries{};
     }
   } else {  // D = 128: one tile's ids at a time (registers are short there)
+    tree_word_ready();
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (t0 + s < t1) stage(s, t0 + s, load_tile_entries(src, t0 + s));
@@ -631,7 +698,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
 
   const auto mask = [&] {
     if constexpr (kTree)
-      return draft_lane_mask(p, c.req, g, count, w, row0);
+      return draft_lane_mask(p, c.req, g, count, w, row0, lane_tree_rows);
     else
       return lane_mask(p, g, w, row0, kCounted ? count : -1);
   }();

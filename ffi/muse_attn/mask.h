@@ -80,11 +80,11 @@ MUSE_HD DraftRow dead_draft_row() { return DraftRow{0, 0, 0u}; }
 // Row t of a tree: tree_bits = tree_mask[r, t] as found in memory; depths[j] the request's
 // clamped depths (an array, or anything indexable that clamps as it reads; only j < count is
 // read). ctx may be negative.
+// depth: depths[t], given apart where the caller holds it already.
 template <typename Depths>
-MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, const Depths& depths,
-                                int window) {
+MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, int depth,
+                                const Depths& depths, int window) {
   if (t >= count || ctx + t < 0) return dead_draft_row();
-  const int depth = depths[t];
   const int qpos = ctx + depth;
   DraftRow row;
   row.key_lo = first_visible_key(qpos, window);
@@ -96,6 +96,12 @@ MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, c
       if (depth - depths[j] >= window) bits &= ~(1u << j);
   row.draft_bits = bits;
   return row;
+}
+template <typename Depths>
+MUSE_HD DraftRow tree_draft_row(int ctx, int count, int t, uint32_t tree_bits, const Depths& depths,
+                                int window) {
+  if (t >= count || ctx + t < 0) return dead_draft_row();
+  return tree_draft_row(ctx, count, t, tree_bits, depths[t], depths, window);
 }
 
 // Whether the row sees key slot `key` (>= 0) of a request with ctx context keys. Keys at or past
