@@ -5,7 +5,7 @@
 // through JAX: MUSE_ATTN_LAUNCH="split_kernel=pingpong,merge_pdl=0,..." (parse_overrides).
 //   nvcc -O3 -std=c++17 --use_fast_math -arch=sm_90a -I ffi -o /tmp/kernel_bench -x cu \
 //        benchmarks/kernel_bench.cu ffi/gpu/split_kernel.cu.cc ffi/gpu/split_kernel_fp8.cu.cc \
-//        ffi/gpu/merge_kernel.cu.cc ffi/gpu/device_query.cc
+//        ffi/gpu/split_kernel_balanced.cu.cc ffi/gpu/merge_kernel.cu.cc ffi/gpu/device_query.cc
 //   /tmp/kernel_bench [L R window splits] ...   (window 0: full; splits 0: the plan's count)
 // The workload is the benchmark's (benchmarks/bench.py): 16/2 heads, D 64, 8 tokens a request,
 // shuffled 16-key pages, every request at L keys; no arguments: eight configs of its grid.
@@ -17,6 +17,8 @@
 //   MUSE_KB_ONCE=1    run each config once, untimed (for compute-sanitizer)
 //   MUSE_KB_POISON=1  bad block ids in live entries, varied lengths, a padding request, and
 //                     num_reqs read from device memory (as a traced num_reqs)
+// Built with benchmarks/timeline_marks.h (its header says how), each config also prints a
+// timeline of one hot call: where a CTA's time goes, how its starts and the SMs' ends spread.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <random>
 #include <string>
@@ -51,6 +54,129 @@ struct Options {
 };
 
 bool g_check_failed = false;
+
+#if defined(MUSE_KB_TIMELINE)
+// min / p10 / p50 / p90 / max of v, each times `unit` (ns to µs by default).
+std::string spread(std::vector<double> v, double unit = 1e-3) {
+  if (v.empty()) return "-";
+  std::sort(v.begin(), v.end());
+  auto q = [&](double f) { return v[static_cast<size_t>(f * (v.size() - 1) + 0.5)] * unit; };
+  char b[128];
+  std::snprintf(b, sizeof b, "%.2f / %.2f / %.2f / %.2f / %.2f", q(0.0), q(0.1), q(0.5), q(0.9), q(1.0));
+  return b;
+}
+
+// One call (after an untimed one) with every CTA's marks stamped (timeline_marks.h), summarised;
+// ns from the global timer, printed in µs as min / p10 / p50 / p90 / max.
+template <typename F>
+void print_timeline(F both, cudaStream_t st) {
+  constexpr size_t kRows = size_t{1} << 20;  // CTAs a kernel at most here
+  constexpr int kSlots = muse_timeline::kSlots, kSm = muse_timeline::kMarks;
+  const size_t bytes = kRows * kSlots * sizeof(unsigned long long);
+  unsigned long long *split_rows, *merge_rows;
+  CHECK(cudaMalloc(&split_rows, bytes));
+  CHECK(cudaMalloc(&merge_rows, bytes));
+  both();
+  CHECK(cudaMemsetAsync(split_rows, 0, bytes, st));
+  CHECK(cudaMemsetAsync(merge_rows, 0, bytes, st));
+  CHECK(cudaStreamSynchronize(st));
+  CHECK(muse_timeline::set_rows(split_rows, merge_rows));
+  both();
+  CHECK(cudaStreamSynchronize(st));
+  CHECK(muse_timeline::set_rows(nullptr, nullptr));
+  std::vector<unsigned long long> s(kRows * kSlots), m(kRows * kSlots);
+  CHECK(cudaMemcpy(s.data(), split_rows, bytes, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(m.data(), merge_rows, bytes, cudaMemcpyDeviceToHost));
+  CHECK(cudaFree(split_rows));
+  CHECK(cudaFree(merge_rows));
+
+  auto at = [](const std::vector<unsigned long long>& v, size_t r, int k) { return v[r * kSlots + k]; };
+  constexpr int kStart = 0, kIssued = 1, kFirst = 2, kLoopEnd = 3, kEnd = 4;  // TimelineMark
+  constexpr int kMStart = 5, kMReleased = 6, kMEnd = 7;
+  unsigned long long t0 = ~0ull, t_end = 0;
+  std::vector<size_t> ctas;
+  std::vector<unsigned long long> stamps;
+  for (size_t r = 0; r < kRows; ++r) {
+    if (!at(s, r, kStart)) continue;
+    ctas.push_back(r);
+    t0 = std::min(t0, at(s, r, kStart));
+    const unsigned long long end = at(s, r, kEnd) ? at(s, r, kEnd) : at(s, r, kLoopEnd);
+    t_end = std::max(t_end, end);
+    for (int k = 0; k < 5; ++k)
+      if (at(s, r, k)) stamps.push_back(at(s, r, k));
+  }
+  if (ctas.empty()) {
+    std::printf("    timeline: no split CTA stamped\n");
+    return;
+  }
+  std::sort(stamps.begin(), stamps.end());
+  unsigned long long tick = ~0ull;  // the timer's step, as the stamps show it
+  for (size_t i = 1; i < stamps.size(); ++i)
+    if (stamps[i] > stamps[i - 1]) tick = std::min(tick, stamps[i] - stamps[i - 1]);
+  std::vector<double> starts, issued, first, loop, tail, ends;
+  std::map<unsigned long long, std::vector<std::pair<unsigned long long, unsigned long long>>> by_sm;
+  for (size_t r : ctas) {
+    const unsigned long long st0 = at(s, r, kStart), end = at(s, r, kEnd) ? at(s, r, kEnd) : at(s, r, kLoopEnd);
+    starts.push_back(double(st0 - t0));
+    if (at(s, r, kIssued)) issued.push_back(double(at(s, r, kIssued) - st0));
+    if (at(s, r, kFirst)) first.push_back(double(at(s, r, kFirst) - st0));
+    if (at(s, r, kFirst) && at(s, r, kLoopEnd)) loop.push_back(double(at(s, r, kLoopEnd) - at(s, r, kFirst)));
+    if (at(s, r, kLoopEnd) && at(s, r, kEnd)) tail.push_back(double(at(s, r, kEnd) - at(s, r, kLoopEnd)));
+    if (end) {
+      ends.push_back(double(end - t0));
+      by_sm[at(s, r, kSm)].push_back({st0, end});
+    }
+  }
+  std::vector<double> sm_last, sm_idle;  // an SM's last end; the span's share with no CTA of it
+  size_t most = 0;
+  for (auto& [sm, iv] : by_sm) {
+    std::sort(iv.begin(), iv.end());
+    unsigned long long busy = 0, cur_lo = iv[0].first, cur_hi = iv[0].second, last = 0;
+    for (auto& [lo, hi] : iv) {
+      if (lo > cur_hi) {
+        busy += cur_hi - cur_lo;
+        cur_lo = lo;
+        cur_hi = hi;
+      } else {
+        cur_hi = std::max(cur_hi, hi);
+      }
+      last = std::max(last, hi);
+    }
+    busy += cur_hi - cur_lo;
+    sm_last.push_back(double(last - t0));
+    sm_idle.push_back(100.0 * (1.0 - double(busy) / double(t_end - t0)));
+    std::vector<std::pair<unsigned long long, int>> ev;
+    for (auto& [lo, hi] : iv) ev.push_back({lo, 1}), ev.push_back({hi, -1});
+    std::sort(ev.begin(), ev.end());  // at one time an end (-1) before a start
+    int n = 0;
+    for (auto& e : ev) most = std::max(most, size_t(n += e.second));
+  }
+  std::printf("    timeline (timer step %.0f ns): %zu split CTAs on %zu SMs, at most %zu at once on one; "
+              "first start to last end %.2f us\n", double(tick), ctas.size(), by_sm.size(), most,
+              double(t_end - t0) * 1e-3);
+  std::printf("      CTA starts after the first      %s us\n", spread(starts).c_str());
+  std::printf("      start -> prologue issued        %s us\n", spread(issued).c_str());
+  std::printf("      start -> first tile landed      %s us\n", spread(first).c_str());
+  std::printf("      first tile -> last tile's math  %s us\n", spread(loop).c_str());
+  std::printf("      last tile -> partials written   %s us\n", spread(tail).c_str());
+  std::printf("      CTA ends                        %s us\n", spread(ends).c_str());
+  std::printf("      an SM's last end                %s us\n", spread(sm_last).c_str());
+  std::printf("      an SM's idle share of the span  %s %%\n", spread(sm_idle, 1.0).c_str());
+  std::vector<double> m_start, m_released, m_end;
+  for (size_t r = 0; r < kRows; ++r) {
+    if (!at(m, r, kMStart)) continue;
+    m_start.push_back(double(at(m, r, kMStart)) - double(t0));
+    if (at(m, r, kMReleased)) m_released.push_back(double(at(m, r, kMReleased)) - double(t_end));
+    if (at(m, r, kMEnd)) m_end.push_back(double(at(m, r, kMEnd)) - double(t_end));
+  }
+  if (!m_start.empty()) {
+    std::printf("      merge: %zu CTAs; starts after the split's first start %s us\n", m_start.size(),
+                spread(m_start).c_str());
+    std::printf("      merge released after the split's last end  %s us\n", spread(m_released).c_str());
+    std::printf("      merge rows stored after the split's last end %s us\n", spread(m_end).c_str());
+  }
+}
+#endif
 
 // Reads n int4 (the L2 flush of MUSE_KB_COLD); the xor goes to *sink so nothing is elided.
 __global__ void read_through(const int4* p, size_t n, int* sink) {
@@ -212,6 +338,9 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
       CHECK(cudaFree(sink));
     }
     if (opt.check) check_once(" after the timed calls");
+#if defined(MUSE_KB_TIMELINE)
+    print_timeline(both, st);
+#endif
   }
   for (void* ptr : {(void*)kv, (void*)q, (void*)out, (void*)bt, (void*)sl, (void*)nr, (void*)po, (void*)pml})
     CHECK(cudaFree(ptr));

@@ -21,6 +21,8 @@
 #   kbcheck    after kb: the same with MUSE_KB_CHECK=1 (outputs against benchmarks/kb_check.h)
 #   kbsan      after kb: racecheck and memcheck on the kernels alone, clean and poisoned, over
 #              KBSAN_ARGS (default: configs where the plan picks each split kernel on an H200)
+#   timeline   kernel_bench built with benchmarks/timeline_marks.h (every CTA's marks stamped) and
+#              run on TL_ARGS (L R window splits ...; default: serving rows and one long call)
 #   readfloor  benchmarks/read_floor_probe.cu on RF_ARGS (L R window ...; default: the grid)
 #   fp8decode  benchmarks/fp8_decode_probe.cu: FP8 values an SM dequantizes a clock, by sequence
 #   isa        the split and merge kernels' SASS (KB_ARCH) to $OUT/isa/, normalised as
@@ -93,6 +95,16 @@ for s in "${steps[@]}"; do
         { echo "device_check: kernel_bench did not build:"; tail -n 20 "$LOGS/kb_build.log"; }
       # shellcheck disable=SC2086
       TAIL_LINES=${TAIL_LINES:-12} run_step kb 120 "$kb_bin" ${KB_ARGS:-} ;;
+    timeline)
+      tl_default="32768 64 2048 0 32768 256 2048 0 2048 64 0 0 2048 256 0 0 131072 16 0 0"
+      nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" \
+        -include "$ROOT/benchmarks/timeline_marks.h" -o /tmp/kernel_timeline \
+        -x cu "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" \
+        "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/split_kernel_balanced.cu.cc" \
+        "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/timeline_build.log" 2>&1 ||
+        { echo "device_check: the timeline build failed:"; tail -n 20 "$LOGS/timeline_build.log"; }
+      # shellcheck disable=SC2086
+      TAIL_LINES=80 run_step timeline 180 /tmp/kernel_timeline ${TL_ARGS:-$tl_default} ;;
     # shellcheck disable=SC2086
     kbcheck) MUSE_KB_CHECK=1 TAIL_LINES=12 run_step kbcheck 180 "$kb_bin" ${KB_ARGS:-} ;;
     kbsan)

@@ -268,6 +268,7 @@ __device__ __forceinline__ void run_merge(const VerifyParams& p) {
   static_assert(D % kWarpSize == 0, "a lane holds whole elements of the row");
   constexpr int E = D / kWarpSize;   // elements of the row a lane holds (bf16 in, fp32 folded)
   constexpr int kRows = merge_rows_per_cta(W, kWarpSize);  // rows a CTA
+  MUSE_ATTN_MARK(TimelineMark::kMergeStart);
   // The balanced cut (segment_pool.h), as the split CTAs work it out; first, while nothing else
   // is live.
   if constexpr (kBalanced)
@@ -316,6 +317,7 @@ __device__ __forceinline__ void run_merge(const VerifyParams& p) {
     }
   }
   grid_dependency_wait();  // everything above overlapped the split kernel's tail (PDL)
+  MUSE_ATTN_MARK(TimelineMark::kMergeReleased);
 
   const WarpSegments segs{o_src, ml_src, o_seg, ml_seg, nseg, wr};
   RowFold<E> f;
@@ -341,6 +343,7 @@ __device__ __forceinline__ void run_merge(const VerifyParams& p) {
   }
   if (!row_ok) return;
   store_bf16<E>(dst, f.acc, safe_inverse(f.l));
+  MUSE_ATTN_MARK(TimelineMark::kMergeEnd);
   if constexpr (kDrafts) {
     if (p.lse != nullptr && lane == 0) p.lse[ql.row_offset(req, kvh, r) / D] = row_lse(f.m, f.l);
   }

@@ -71,6 +71,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   static_assert(P >= 2, "two stages a team at least");
   constexpr int R = Warp::kRowsPerLane;
 
+  MUSE_ATTN_MARK(TimelineMark::kStart);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) return;
   const int raw_len = p.seq_lens[c.req];
@@ -131,6 +132,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   }
   TileEntries next{};
   if (P - 1 < n_team) next = load_tile_entries(src, team_tile(P - 1));
+  MUSE_ATTN_MARK(TimelineMark::kIssued);
 
   const LaneMask<R> mask = lane_mask(p, g, w, row0);
   SoftmaxState st[R];
@@ -161,6 +163,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     copy_wait<P - 1>();  // tile i (and the team's Q, an older group) landed
     fence_proxy_async_shared();
     team_bar();
+    if (i == 0) MUSE_ATTN_MARK(TimelineMark::kFirstTile);
     const int slot = i % P;
     if constexpr (kFp8) {  // the landed FP8 tile into the team's bf16 tile
       convert_fp8_tile<D, kTeamThreads>(fp8_tile, fp8_at(slot), scales(), g, t, (present >> (4 * slot)) & 0xFu,
@@ -178,6 +181,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     team_bar();  // the team's stage is refilled next iteration
   }
   copy_wait<0>();
+  MUSE_ATTN_MARK(TimelineMark::kLoopEnd);
 
   if (t1 - t0 > 1) {  // team 1 saw tiles: its state to team 0 through team 1's stages
     constexpr int kOut = D / 8 * 4;
@@ -220,6 +224,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
                  kPaired ? partial_slot<kBalanced, 2>(p, c, threadIdx.x / kPpThreads)
                          : partial_slot<kBalanced>(p, c),
                  row0);
+  MUSE_ATTN_MARK(TimelineMark::kEnd);
 }
 
 __device__ __forceinline__ char* pp_smem_aligned() {

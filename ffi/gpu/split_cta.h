@@ -500,6 +500,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage
   constexpr bool kStagedFp8 = kFp8 && kFp8Staged;
 
+  MUSE_ATTN_MARK(TimelineMark::kStart);
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   const SplitCta c = split_cta<1, kBalanced>(p, kCounted, smem);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
@@ -696,6 +697,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
     }
   }
 
+  MUSE_ATTN_MARK(TimelineMark::kIssued);
   const auto mask = [&] {
     if constexpr (kTree)
       return draft_lane_mask(p, c.req, g, count, w, row0, lane_tree_rows);
@@ -715,6 +717,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       copy_wait<kStages - 2>();
       fence_proxy_async_shared();
       __syncthreads();
+      MUSE_ATTN_MARK(TimelineMark::kFirstTile);
       w.load_q(q_tile, 16 * warp);
       auto second_tile_landed = [] {
         copy_wait<kStages - 3>();
@@ -762,15 +765,20 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
       __syncthreads();
     }
     const KvTile<D> tile = kStagedFp8 ? KvTile<D>{smem} : tile_at(slot);
-    if (it == 0) w.load_q(q_tile, 16 * warp);
+    if (it == 0) {
+      MUSE_ATTN_MARK(TimelineMark::kFirstTile);
+      w.load_q(q_tile, 16 * warp);
+    }
     w.scores(tile);
     const unsigned pages_ok = (present >> (4 * slot)) & 0xFu;
     softmax_and_accumulate<false>(w, st, tile, t, pages_ok, mask.boundary(t, pages_ok), mask, p.scale_log2);
     __syncthreads();  // the stage is refilled next iteration
   }
   copy_wait<0>();
+  MUSE_ATTN_MARK(TimelineMark::kLoopEnd);
 
   write_partials(p, w, st, partial_slot<kBalanced>(p, c), row0);
+  MUSE_ATTN_MARK(TimelineMark::kEnd);
 }
 
 // Raises a kernel's dynamic shared-memory limit once a device (the attribute is per device;

@@ -132,6 +132,23 @@ __device__ __forceinline__ void grid_dependency_wait() {
 #endif
 }
 
+// Timeline marks: the points of a CTA's work that benchmarks/kernel_bench.cu's timeline build
+// stamps (benchmarks/timeline_marks.h defines MUSE_ATTN_MARK there: thread 0 a CTA, the global
+// timer); in the library's builds a mark is nothing.
+enum class TimelineMark : int {
+  kStart,          // the split CTA's first instruction
+  kIssued,         // its prologue's copies issued
+  kFirstTile,      // its first tile landed (Q and K/V in shared memory)
+  kLoopEnd,        // its last tile's math done
+  kEnd,            // its partials written
+  kMergeStart,     // the merge CTA's first instruction
+  kMergeReleased,  // the merge past its wait for the split kernel
+  kMergeEnd,       // the merge CTA's row stored (thread 0's row)
+};
+#ifndef MUSE_ATTN_MARK
+#define MUSE_ATTN_MARK(point) ((void)0)
+#endif
+
 // A hint: the global line at ptr into L2 (NVIDIA; nothing elsewhere). No value is returned, so
 // it may run before the data is written (the line and its address translation are then warm).
 __device__ __forceinline__ void prefetch_l2(const void* ptr) {
