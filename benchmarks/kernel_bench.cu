@@ -90,9 +90,17 @@ void print_timeline(F both, cudaStream_t st) {
   CHECK(cudaFree(split_rows));
   CHECK(cudaFree(merge_rows));
 
-  auto at = [](const std::vector<unsigned long long>& v, size_t r, int k) { return v[r * kSlots + k]; };
-  constexpr int kStart = 0, kIssued = 1, kFirst = 2, kLoopEnd = 3, kEnd = 4;  // TimelineMark
-  constexpr int kMStart = 5, kMReleased = 6, kMEnd = 7;
+  using gpu::TimelineMark;
+  static_assert(muse_timeline::kMarks == static_cast<int>(TimelineMark::kMergeEnd) + 1, "a slot a mark");
+  auto at = [](const std::vector<unsigned long long>& v, size_t r, TimelineMark k) {
+    return v[r * kSlots + static_cast<int>(k)];
+  };
+  constexpr TimelineMark kStart = TimelineMark::kStart, kIssued = TimelineMark::kIssued,
+                         kFirst = TimelineMark::kFirstTile, kLoopEnd = TimelineMark::kLoopEnd,
+                         kEnd = TimelineMark::kEnd, kMStart = TimelineMark::kMergeStart,
+                         kMReleased = TimelineMark::kMergeReleased, kMEnd = TimelineMark::kMergeEnd;
+  // A split CTA's end: its partials written, else (a CTA with no segment) its loop's end.
+  auto cta_end = [&](size_t r) { return at(s, r, kEnd) ? at(s, r, kEnd) : at(s, r, kLoopEnd); };
   unsigned long long t0 = ~0ull, t_end = 0;
   std::vector<size_t> ctas;
   std::vector<unsigned long long> stamps;
@@ -100,9 +108,8 @@ void print_timeline(F both, cudaStream_t st) {
     if (!at(s, r, kStart)) continue;
     ctas.push_back(r);
     t0 = std::min(t0, at(s, r, kStart));
-    const unsigned long long end = at(s, r, kEnd) ? at(s, r, kEnd) : at(s, r, kLoopEnd);
-    t_end = std::max(t_end, end);
-    for (int k = 0; k < 5; ++k)
+    t_end = std::max(t_end, cta_end(r));
+    for (TimelineMark k : {kStart, kIssued, kFirst, kLoopEnd, kEnd})
       if (at(s, r, k)) stamps.push_back(at(s, r, k));
   }
   if (ctas.empty()) {
@@ -116,7 +123,7 @@ void print_timeline(F both, cudaStream_t st) {
   std::vector<double> starts, issued, first, loop, tail, ends;
   std::map<unsigned long long, std::vector<std::pair<unsigned long long, unsigned long long>>> by_sm;
   for (size_t r : ctas) {
-    const unsigned long long st0 = at(s, r, kStart), end = at(s, r, kEnd) ? at(s, r, kEnd) : at(s, r, kLoopEnd);
+    const unsigned long long st0 = at(s, r, kStart), end = cta_end(r);
     starts.push_back(double(st0 - t0));
     if (at(s, r, kIssued)) issued.push_back(double(at(s, r, kIssued) - st0));
     if (at(s, r, kFirst)) first.push_back(double(at(s, r, kFirst) - st0));
@@ -124,7 +131,7 @@ void print_timeline(F both, cudaStream_t st) {
     if (at(s, r, kLoopEnd) && at(s, r, kEnd)) tail.push_back(double(at(s, r, kEnd) - at(s, r, kLoopEnd)));
     if (end) {
       ends.push_back(double(end - t0));
-      by_sm[at(s, r, kSm)].push_back({st0, end});
+      by_sm[s[r * kSlots + kSm]].push_back({st0, end});
     }
   }
   std::vector<double> sm_last, sm_idle;  // an SM's last end; the span's share with no CTA of it

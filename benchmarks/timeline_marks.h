@@ -19,7 +19,7 @@
 #define MUSE_KB_TIMELINE 1
 
 namespace muse_timeline {
-inline constexpr int kMarks = 8;  // TimelineMark's values; kMergeStart (5) and up: the merge's
+inline constexpr int kMarks = 8;  // TimelineMark's values (kernel_bench checks)
 inline constexpr int kSlots = kMarks + 1;
 
 static __device__ unsigned long long* split_rows = nullptr;  // this translation unit's
@@ -44,8 +44,8 @@ inline cudaError_t set_rows(unsigned long long* split, unsigned long long* merge
 }
 
 #if defined(__CUDA_ARCH__)
-__device__ __forceinline__ void mark(int point) {
-  unsigned long long* const rows = point < 5 ? split_rows : merge_rows;
+__device__ __forceinline__ void mark(int point, bool merge) {
+  unsigned long long* const rows = merge ? merge_rows : split_rows;
   if (threadIdx.x != 0 || rows == nullptr) return;
   unsigned long long t;
   unsigned sm;
@@ -60,7 +60,8 @@ __device__ __forceinline__ void mark(int point) {
 }  // namespace muse_timeline
 
 #if defined(__CUDA_ARCH__)
-#define MUSE_ATTN_MARK(point) ::muse_timeline::mark(static_cast<int>(point))
+#define MUSE_ATTN_MARK(point) \
+  ::muse_timeline::mark(static_cast<int>(point), (point) >= ::muse_attn::gpu::TimelineMark::kMergeStart)
 #endif
 
 #endif  // MUSE_BENCH_TIMELINE_MARKS_H_

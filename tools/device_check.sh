@@ -57,6 +57,17 @@ run_step() {  # name limit_s command...
 sanitize_xla_flags="${XLA_FLAGS:-} --xla_gpu_autotune_level=0"
 kb_bin=/tmp/kernel_bench
 
+# kernel_bench.cu with the kernels into $1 (log: $LOGS/$2_build.log); the rest: more nvcc flags.
+build_kernel_bench() {
+  local bin=$1 name=$2
+  shift 2
+  nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" "$@" -o "$bin" \
+    -x cu "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" \
+    "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/split_kernel_balanced.cu.cc" \
+    "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/${name}_build.log" 2>&1 ||
+    { echo "device_check: $name did not build:"; tail -n 20 "$LOGS/${name}_build.log"; }
+}
+
 for s in "${steps[@]}"; do
   case $s in
     build) run_step build 240 python3 -m pip install --no-build-isolation --no-deps -q -e "$ROOT" ;;
@@ -88,21 +99,12 @@ for s in "${steps[@]}"; do
         --out "$OUT/fimods" ;;
     kb)
       # shellcheck disable=SC2086
-      nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" ${KB_FLAGS:-} -o "$kb_bin" \
-        -x cu "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" \
-        "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/split_kernel_balanced.cu.cc" \
-        "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/kb_build.log" 2>&1 ||
-        { echo "device_check: kernel_bench did not build:"; tail -n 20 "$LOGS/kb_build.log"; }
+      build_kernel_bench "$kb_bin" kb ${KB_FLAGS:-}
       # shellcheck disable=SC2086
       TAIL_LINES=${TAIL_LINES:-12} run_step kb 120 "$kb_bin" ${KB_ARGS:-} ;;
     timeline)
       tl_default="32768 64 2048 0 32768 256 2048 0 2048 64 0 0 2048 256 0 0 131072 16 0 0"
-      nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" \
-        -include "$ROOT/benchmarks/timeline_marks.h" -o /tmp/kernel_timeline \
-        -x cu "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" \
-        "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/split_kernel_balanced.cu.cc" \
-        "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/timeline_build.log" 2>&1 ||
-        { echo "device_check: the timeline build failed:"; tail -n 20 "$LOGS/timeline_build.log"; }
+      build_kernel_bench /tmp/kernel_timeline timeline -include "$ROOT/benchmarks/timeline_marks.h"
       # shellcheck disable=SC2086
       TAIL_LINES=80 run_step timeline 180 /tmp/kernel_timeline ${TL_ARGS:-$tl_default} ;;
     # shellcheck disable=SC2086

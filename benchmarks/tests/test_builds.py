@@ -16,15 +16,18 @@ def _build(cmd):
     assert r.returncode == 0, r.stderr[-4000:]
 
 
-def test_kernel_bench_builds(nvcc, tmp_path):
-    out = tmp_path / "kernel_bench"
+def _build_kernel_bench(nvcc, out, *flags):
     gpu = os.path.join(ROOT, "ffi", "gpu")
-    _build([nvcc, "-O1", "-std=c++17", "-arch=sm_90a", "-I", os.path.join(ROOT, "ffi"), "-o", str(out),
+    _build([nvcc, "-O1", "-std=c++17", "-arch=sm_90a", "-I", os.path.join(ROOT, "ffi"), *flags, "-o", str(out),
             "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
             os.path.join(gpu, "split_kernel.cu.cc"), os.path.join(gpu, "split_kernel_fp8.cu.cc"),
             os.path.join(gpu, "split_kernel_balanced.cu.cc"), os.path.join(gpu, "merge_kernel.cu.cc"),
             os.path.join(gpu, "device_query.cc")])
     assert out.exists()
+
+
+def test_kernel_bench_builds(nvcc, tmp_path):
+    _build_kernel_bench(nvcc, tmp_path / "kernel_bench")
 
 
 def test_read_floor_probe_builds(nvcc, tmp_path):
@@ -57,12 +60,5 @@ def test_timeline_marks_stamp_every_kernel_and_vanish_from_the_library(nvcc, tmp
 
 
 def test_kernel_timeline_builds(nvcc, tmp_path):
-    out = tmp_path / "kernel_timeline"
-    gpu = os.path.join(ROOT, "ffi", "gpu")
-    _build([nvcc, "-O1", "-std=c++17", "-arch=sm_90a", "-I", os.path.join(ROOT, "ffi"), "-include",
-            os.path.join(ROOT, "benchmarks", "timeline_marks.h"), "-o", str(out),
-            "-x", "cu", os.path.join(ROOT, "benchmarks", "kernel_bench.cu"),
-            os.path.join(gpu, "split_kernel.cu.cc"), os.path.join(gpu, "split_kernel_fp8.cu.cc"),
-            os.path.join(gpu, "split_kernel_balanced.cu.cc"), os.path.join(gpu, "merge_kernel.cu.cc"),
-            os.path.join(gpu, "device_query.cc")])
-    assert out.exists()
+    _build_kernel_bench(nvcc, tmp_path / "kernel_timeline", "-include",
+                        os.path.join(ROOT, "benchmarks", "timeline_marks.h"))

@@ -234,7 +234,8 @@ __device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, in
                         DraftDepths{p.draft_depths + int64_t{req} * p.tokens, p.tokens}, p.window);
 }
 
-// The drafts [0, count) of a tree that no row sees, row by row (AMD: every lane alike, in scalar
+#if defined(MUSE_ATTN_HIP)
+// The drafts [0, count) of a tree that no row sees, row by row (every lane alike, in scalar
 // registers).
 __device__ __forceinline__ uint32_t unread_tree_drafts(const VerifyParams& p, int req, int ctx, int count) {
   uint32_t read = 0u;
@@ -243,9 +244,9 @@ __device__ __forceinline__ uint32_t unread_tree_drafts(const VerifyParams& p, in
   return low_bits(count) & ~read;
 }
 
-#if !defined(MUSE_ATTN_HIP)
-// The same by a warp whose lane t found row t (NVIDIA: one load latency, not one a row); every
-// lane gets it.
+#else
+// The drafts [0, count) of a tree that no row sees, by a warp whose lane t found row t (one load
+// latency, not one a row); every lane gets it.
 __device__ __forceinline__ uint32_t unread_tree_drafts_by_warp(const VerifyParams& p, int req, int ctx,
                                                                 int count, int lane, TreeRowFound found) {
   const uint32_t seen = draft_row(p, req, ctx, count, lane, found).draft_bits;
