@@ -14,6 +14,8 @@
 //                     (kb_check.h) before and after the timed calls; exit 1 on a failure
 //   MUSE_KB_COLD=1    add a cold figure: one call right after a kernel read 256 MiB of another
 //                     buffer (events around the call), median of 15
+//   MUSE_KB_MERGE=1   the merge launched where the split kernel would write the output
+//                     (kernels.h split_writes_output)
 //   MUSE_KB_ONCE=1    run each config once, untimed (for compute-sanitizer)
 //   MUSE_KB_POISON=1  bad block ids in live entries, varied lengths, a padding request, and
 //                     num_reqs read from device memory (as a traced num_reqs)
@@ -50,7 +52,7 @@ namespace gpu = muse_attn::gpu;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 struct Options {
-  bool once = false, poison = false, check = false, cold = false;
+  bool once = false, poison = false, check = false, cold = false, merge = false;
 };
 
 bool g_check_failed = false;
@@ -261,12 +263,21 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
     CHECK(plan.balance_segments ? gpu::launch_split_balanced(p, plan.split_kernel, st)
                                 : gpu::launch_split(p, plan.split_kernel, st));
   };
-  auto merge = [&] { CHECK(gpu::launch_merge(p, plan, st)); };
+  // At one split by the ping-pong kernels the split kernel writes the output (no merge), as in
+  // the handler; MUSE_KB_MERGE=1 keeps the partials and the merge there (the two compared).
+  p.split_writes_output = gpu::split_writes_output(plan, p) && !opt.merge;
+  auto merge = [&] {
+    if (!p.split_writes_output) CHECK(gpu::launch_merge(p, plan, st));
+  };
   auto both = [&] { split(); merge(); };
   char what[160];
-  std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s merge %dw%s%s", window ? "swa" : "full",
-                L, R, splits, gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)], plan.merge_warps,
-                plan.merge_pdl ? " pdl" : "", plan.merge_by_lane ? " by-lane" : "");
+  if (p.split_writes_output)
+    std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s no merge", window ? "swa" : "full", L,
+                  R, splits, gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)]);
+  else
+    std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s merge %dw%s%s", window ? "swa" : "full",
+                  L, R, splits, gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)], plan.merge_warps,
+                  plan.merge_pdl ? " pdl" : "", plan.merge_by_lane ? " by-lane" : "");
 
   // One call, its output against kb_check.h on a sample of requests, the output poisoned first.
   auto check_once = [&](const char* when) {
@@ -363,6 +374,7 @@ int main(int argc, char** argv) {
   opt.poison = env("MUSE_KB_POISON");
   opt.check = env("MUSE_KB_CHECK");
   opt.cold = env("MUSE_KB_COLD");
+  opt.merge = env("MUSE_KB_MERGE");
   gpu::Device device;
   if (!gpu::describe_current_device(&device)) {
     std::fprintf(stderr, "kernel_bench: the CUDA runtime cannot describe device 0\n");

@@ -61,7 +61,7 @@ kb_bin=/tmp/kernel_bench
 build_kernel_bench() {
   local bin=$1 name=$2
   shift 2
-  nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" -I "$ROOT/ffi" "$@" -o "$bin" \
+  nvcc -O3 -std=c++17 --use_fast_math -arch="${KB_ARCH:-sm_90a}" --threads 0 -I "$ROOT/ffi" "$@" -o "$bin" \
     -x cu "$ROOT/benchmarks/kernel_bench.cu" "$ROOT/ffi/gpu/split_kernel.cu.cc" \
     "$ROOT/ffi/gpu/split_kernel_fp8.cu.cc" "$ROOT/ffi/gpu/split_kernel_balanced.cu.cc" \
     "$ROOT/ffi/gpu/merge_kernel.cu.cc" "$ROOT/ffi/gpu/device_query.cc" >"$LOGS/${name}_build.log" 2>&1 ||

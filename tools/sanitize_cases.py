@@ -127,6 +127,8 @@ if os.environ.get("SANITIZE_QUICK"):  # a short set for slow tools: one case of 
                launch="split_kernel=pingpong_two_pairs", num_splits=3)
     ok &= case(5, [4000, 0, 130, 99999, 900], 256, bad_ids=True, num_reqs=4,
                launch="balance_segments=1,split_kernel=pingpong_two_pairs", num_splits=3)
+    ok &= case(5, [4000, 0, 5, 99999, 900], 256, window=300, num_reqs=4, bad_ids=True,
+               launch="split_kernel=pingpong", num_splits=1)
     print("ALL OK" if ok else "FAILURES")
     sys.exit(0 if ok else 1)
 ok &= case(1, [700], 48)
@@ -144,6 +146,12 @@ ok &= case(4, [0, 5, 1300, 4000], 256, window=2048, num_reqs=3, bad_ids=True, fp
            launch="split_kernel=pingpong", num_splits=2)
 ok &= case(3, [2100, 99999, 700], 160, bad_ids=True, fp8=("float8_e4m3fnuz", "tensor"),
            launch="split_kernel=pingpong_two_pairs", num_splits=3)
+# One split by the one-pair ping-pong kernel: the split kernel writes the output (no merge), zero
+# rows for padding, empty requests and rows with no key.
+ok &= case(5, [4000, 0, 5, 99999, 900], 256, window=300, num_reqs=4, bad_ids=True,
+           launch="split_kernel=pingpong", num_splits=1)
+ok &= case(4, [0, 5, 1300, 4000], 256, num_reqs=3, fp8=("float8_e4m3fn", "tensor"), launch="split_kernel=pingpong",
+           num_splits=1)
 ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, drafts=True)
 ok &= case(6, [700, 3000, 9, 1300, 5, 4000], 256, window=5, num_reqs=5, bad_ids=True, drafts=True)
 ok &= case(6, [2000, 130, 64, 999, 17, 600], 128, window=300, drafts=True, fp8=("float8_e4m3fn", "token"))

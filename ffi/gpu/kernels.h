@@ -56,6 +56,7 @@ struct VerifyParams {
   const int32_t* draft_depths;   // [R, NQ] (draft_kind 2)
   float* lse;                    // [NQ*R, Hq], or null: not asked for
   int draft_kind;                // muse_attn::DraftKind
+  int split_writes_output;       // 1: the split kernel writes out, no merge (split_writes_output)
 };
 // The first line's fields in its 48 bytes, the second's in the next 64 (the bank's lines are
 // 64-byte aligned and the parameters start 16 bytes into one).
@@ -133,6 +134,14 @@ inline gpuError_t launch_split_for(const VerifyParams& p, SplitKernel kernel, gp
 // The split kernel of the balanced cut (the plan's balance_segments, segment_pool.h):
 // per_tile, or the plan's ping-pong kernels on NVIDIA, of the chain or the drafts target.
 gpuError_t launch_split_balanced(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
+// Whether the split kernel writes the output itself and no merge runs: one segment a group (its
+// state, normalised, is the row), by the one-pair ping-pong kernel, for a chain without lse (the
+// drafts target's merge writes rows past a count and the lse). The two-pair kernel has no such
+// epilogue: at its 128 registers it would spill.
+inline bool split_writes_output(const Plan& plan, const VerifyParams& p) {
+  return plan.num_splits == 1 && !plan.balance_segments && plan.split_kernel == SplitKernel::kPingpong &&
+         p.draft_kind == 0 && p.lse == nullptr;
+}
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when
 // plan.merge_pdl.

@@ -2,7 +2,8 @@
 // query rows and its own query tile, stages, copy groups and barrier, take the segment's tiles
 // t0 + team, t0 + team + 2, ... independently; their score MMAs are issued in turn (FA3's
 // ping-pong, two named barriers), so one team's softmax runs under the other's MMAs. At the end
-// team 1 hands its (m, l, O) to team 0 through its own stages, and team 0 writes the partial. The
+// team 1 hands its (m, l, O) to team 0 through its own stages, and team 0 writes the partial (at
+// one split, the output rows themselves: kernels.h split_writes_output). The
 // body of the ping-pong entry points of a bf16 cache (split_kernel.cu.cc) and of an FP8 one
 // (split_kernel_fp8.cu.cc); internal to the file that includes it.
 #ifndef MUSE_ATTN_GPU_PINGPONG_CTA_H_
@@ -71,9 +72,15 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   static_assert(P >= 2, "two stages a team at least");
   constexpr int R = Warp::kRowsPerLane;
 
+  // The output instead of the partial at one split (kernels.h split_writes_output): the one-pair
+  // kernel of the group's own cut only.
+  constexpr bool kMayWriteOutput = !kPaired && !kBalanced;
   MUSE_ATTN_MARK(TimelineMark::kStart);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  if (c.req >= real) return;
+  if (c.req >= real) {  // padding: no keys
+    if (kMayWriteOutput && p.split_writes_output) write_zero_rows<D, kPpThreads>(p, c, tid);
+    return;
+  }
   const int raw_len = p.seq_lens[c.req];
   const int team = tid / kTeamThreads;
   const int ttid = tid % kTeamThreads;
@@ -91,6 +98,7 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   segment_tiles(g, c.seg, &t0, &t1);
   if (t0 >= t1) {
     copy_wait<0>();
+    if (kMayWriteOutput && p.split_writes_output) write_zero_rows<D, kPpThreads>(p, c, tid);
     return;
   }
   const int n_team = (t1 - t0 - team + 1) / 2;         // this team's tiles
@@ -220,10 +228,13 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
     return;
   }
 
-  write_partials(p, w, st,
-                 kPaired ? partial_slot<kBalanced, 2>(p, c, threadIdx.x / kPpThreads)
-                         : partial_slot<kBalanced>(p, c),
-                 row0);
+  if (kMayWriteOutput && p.split_writes_output)
+    write_output_rows(p, w, st, c, row0);
+  else
+    write_partials(p, w, st,
+                   kPaired ? partial_slot<kBalanced, 2>(p, c, threadIdx.x / kPpThreads)
+                           : partial_slot<kBalanced>(p, c),
+                   row0);
   MUSE_ATTN_MARK(TimelineMark::kEnd);
 }
 

@@ -229,7 +229,6 @@ struct DraftDepths {
 // Row t's DraftRow in a tree, from the row as found in memory.
 __device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, int ctx, int count, int t,
                                               TreeRowFound found) {
-  if (t >= count || ctx + t < 0) return dead_draft_row();
   return tree_draft_row(ctx, count, t, found.bits, clamp_draft_depth(found.depth, p.tokens),
                         DraftDepths{p.draft_depths + int64_t{req} * p.tokens, p.tokens}, p.window);
 }
@@ -432,6 +431,50 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
     });
   }
 }
+
+#if defined(MUSE_ATTN_CUDA)
+// The output rows of the warp's state where the group's keys are one segment (kernels.h
+// split_writes_output): o / l as bf16, as the merge writes them (a row that saw no key: zeros).
+template <int D, int R>
+__device__ __forceinline__ void write_output_rows(const VerifyParams& p, const WarpAttention<D>& w,
+                                                  const SoftmaxState (&st)[R], const SplitCta& c,
+                                                  int row0) {
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  bool row_ok[R], seen[R];
+  uint16_t* dst[R];
+  float inv[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const int row = row0 + w.row_of(rr);
+    row_ok[rr] = row < p.rows;
+    dst[rr] = p.out + ql.row_offset(c.req, c.kvh, row_ok[rr] ? row : 0);
+    const float l = WarpAttention<D>::row_sum(st[rr].l);
+    seen[rr] = l > 0.0f;  // else zeros, whatever o holds (a NaN another row's key brought in)
+    inv[rr] = safe_inverse(l);
+  }
+  w.for_each_out_block([&](int rr, int d, const float (&x)[8]) {
+    if (!row_ok[rr]) return;
+    auto v = [&](int i) { return seen[rr] ? x[i] * inv[rr] : 0.0f; };
+#pragma unroll
+    for (int j = 0; j < 4; ++j)  // the pair of columns d + 8j
+      *reinterpret_cast<uint32_t*>(dst[rr] + d + 8 * j) = pack_bf16x2(v(2 * j), v(2 * j + 1));
+  });
+}
+
+// The CTA's output rows as zeros (split_writes_output, a group with no key to read), by
+// kThreadsHere threads (tid from 0), 16 bytes a store.
+template <int D, int kThreadsHere>
+__device__ __forceinline__ void write_zero_rows(const VerifyParams& p, const SplitCta& c, int tid) {
+  const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
+  constexpr int kPerRow = D / 8;  // 16-byte stores a row
+  const int rows = min(kMaxRows, p.rows - c.block_row0);
+  for (int i = tid; i < rows * kPerRow; i += kThreadsHere) {
+    const int row = c.block_row0 + i / kPerRow;
+    *reinterpret_cast<uint4*>(p.out + ql.row_offset(c.req, c.kvh, row) + 8 * (i % kPerRow)) =
+        make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+#endif
 
 // NVIDIA D = 64: 3 CTAs an SM (the stages' shared memory allows 3), so at most 168 registers.
 // (HIP reads the second bound as waves an execution unit: left at 1 there.)

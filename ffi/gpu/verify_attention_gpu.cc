@@ -1,6 +1,7 @@
 // The GPU handler of verify attention ("CUDA" or "ROCM", one source): checks the static shapes
 // and the launch plan it was handed (decided at trace time, launch_plan.h), fills VerifyParams and
-// launches the split kernel then the merge on XLA's stream. Command-buffer compatible: no host
+// launches the split kernel then (unless the split kernel writes the output) the merge on XLA's
+// stream. Command-buffer compatible: no host
 // synchronization, no allocation (the partials are results of the call, sized at trace time),
 // launch geometry from static shapes only.
 #include <cstdint>
@@ -55,10 +56,16 @@ ffi::Error read_plan(int32_t split_kernel, int32_t merge_warps, int32_t merge_pd
   return ffi::Error::Success();
 }
 
-// The split kernel of the plan: the balanced cut's, or the call's own (launch_split_for).
-gpuError_t launch_split_of(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
-  return plan.balance_segments ? launch_split_balanced(p, plan.split_kernel, stream)
-                               : launch_split_for(p, plan.split_kernel, stream);
+// The plan's launches: its split kernel (the balanced cut's, or the call's own:
+// launch_split_for), then the merge unless the split kernel writes the output (kernels.h).
+ffi::Error launch_call(VerifyParams p, const Plan& plan, gpuStream_t stream) {
+  p.split_writes_output = split_writes_output(plan, p);
+  const gpuError_t split = plan.balance_segments ? launch_split_balanced(p, plan.split_kernel, stream)
+                                                 : launch_split_for(p, plan.split_kernel, stream);
+  if (split != gpuSuccess) return gpu_error("split launch", split);
+  if (p.split_writes_output) return ffi::Error::Success();
+  if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
+  return ffi::Error::Success();
 }
 
 // The checks and the parameters both targets share: the static shapes, the cache format, the
@@ -144,10 +151,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                    merge_by_lane, balance_segments, kv_format, scale_kind, &pr,
                                    &plan, &p);
   if (status.failure()) return status;
-  if (gpuError_t e = launch_split_of(p, plan, stream); e != gpuSuccess)
-    return gpu_error("split launch", e);
-  if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
-  return ffi::Error::Success();
+  return launch_call(p, plan, stream);
 }
 
 // The drafts target (ragged drafts, trees, lse): the same call with the draft operands and the
@@ -188,10 +192,7 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
   p.tree_mask = pr.draft_kind == DraftKind::kTree ? tree_mask.typed_data() : nullptr;
   p.draft_depths = pr.draft_kind == DraftKind::kTree ? draft_depths.typed_data() : nullptr;
   p.lse = pr.return_lse ? lse->typed_data() : nullptr;
-  if (gpuError_t e = launch_split_of(p, plan, stream); e != gpuSuccess)
-    return gpu_error("split launch", e);
-  if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
-  return ffi::Error::Success();
+  return launch_call(p, plan, stream);
 }
 
 }  // namespace
