@@ -134,18 +134,32 @@ inline gpuError_t launch_split_for(const VerifyParams& p, SplitKernel kernel, gp
 // The split kernel of the balanced cut (the plan's balance_segments, segment_pool.h):
 // per_tile, or the plan's ping-pong kernels on NVIDIA, of the chain or the drafts target.
 gpuError_t launch_split_balanced(const VerifyParams& p, SplitKernel kernel, gpuStream_t stream);
-// Whether the split kernel writes the output itself and no merge runs: one segment a group (its
-// state, normalised, is the row), by the one-pair ping-pong kernel, for a chain without lse (the
-// drafts target's merge writes rows past a count and the lse). The two-pair kernel has no such
-// epilogue: at its 128 registers it would spill.
-inline bool split_writes_output(const Plan& plan, const VerifyParams& p) {
-  return plan.num_splits == 1 && !plan.balance_segments && plan.split_kernel == SplitKernel::kPingpong &&
-         p.draft_kind == 0 && p.lse == nullptr;
-}
 // Merge: plan.merge_warps warps a row; writes every output row (zeros where nothing was seen), and
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when
 // plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t stream);
+// Whether the split kernel writes the output itself and no merge runs: one segment a group (its
+// state, normalised, is the row), a chain without lse (the drafts target's merge writes rows past
+// a count and the lse), the group's own cut, by a kernel that has the epilogue: on NVIDIA the
+// one-pair ping-pong kernel (the two-pair one would spill at its 128 registers), on AMD per_tile
+// and per_tile_cached (where its plan takes one split).
+inline bool split_writes_output(const Plan& plan, const VerifyParams& p) {
+  const SplitKernel k = plan.split_kernel;
+  const bool has_it = kVendor == Vendor::kAmd
+                          ? k == SplitKernel::kPerTile || k == SplitKernel::kPerTileCached
+                          : k == SplitKernel::kPingpong;
+  return has_it && plan.num_splits == 1 && !plan.balance_segments && p.draft_kind == 0 &&
+         p.lse == nullptr;
+}
+// The plan's launches: its split kernel (the balanced cut's, or the call's own), then the merge
+// unless the split kernel writes the output.
+inline gpuError_t launch_call(VerifyParams p, const Plan& plan, gpuStream_t stream) {
+  p.split_writes_output = split_writes_output(plan, p);
+  const gpuError_t e = plan.balance_segments ? launch_split_balanced(p, plan.split_kernel, stream)
+                                             : launch_split_for(p, plan.split_kernel, stream);
+  if (e != gpuSuccess || p.split_writes_output) return e;
+  return launch_merge(p, plan, stream);
+}
 
 // The current device as the launch plan needs it; false where the runtime cannot say.
 bool describe_current_device(Device* out);

@@ -56,15 +56,9 @@ ffi::Error read_plan(int32_t split_kernel, int32_t merge_warps, int32_t merge_pd
   return ffi::Error::Success();
 }
 
-// The plan's launches: its split kernel (the balanced cut's, or the call's own:
-// launch_split_for), then the merge unless the split kernel writes the output (kernels.h).
-ffi::Error launch_call(VerifyParams p, const Plan& plan, gpuStream_t stream) {
-  p.split_writes_output = split_writes_output(plan, p);
-  const gpuError_t split = plan.balance_segments ? launch_split_balanced(p, plan.split_kernel, stream)
-                                                 : launch_split_for(p, plan.split_kernel, stream);
-  if (split != gpuSuccess) return gpu_error("split launch", split);
-  if (p.split_writes_output) return ffi::Error::Success();
-  if (gpuError_t e = launch_merge(p, plan, stream); e != gpuSuccess) return gpu_error("merge launch", e);
+// The plan's kernels on XLA's stream (kernels.h launch_call).
+ffi::Error launch(const VerifyParams& p, const Plan& plan, gpuStream_t stream) {
+  if (gpuError_t e = launch_call(p, plan, stream); e != gpuSuccess) return gpu_error("kernel launch", e);
   return ffi::Error::Success();
 }
 
@@ -151,7 +145,7 @@ ffi::Error verify_attention_gpu(gpuStream_t stream,
                                    merge_by_lane, balance_segments, kv_format, scale_kind, &pr,
                                    &plan, &p);
   if (status.failure()) return status;
-  return launch_call(p, plan, stream);
+  return launch(p, plan, stream);
 }
 
 // The drafts target (ragged drafts, trees, lse): the same call with the draft operands and the
@@ -192,7 +186,7 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
   p.tree_mask = pr.draft_kind == DraftKind::kTree ? tree_mask.typed_data() : nullptr;
   p.draft_depths = pr.draft_kind == DraftKind::kTree ? draft_depths.typed_data() : nullptr;
   p.lse = pr.return_lse ? lse->typed_data() : nullptr;
-  return launch_call(p, plan, stream);
+  return launch(p, plan, stream);
 }
 
 }  // namespace

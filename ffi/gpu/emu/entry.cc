@@ -85,11 +85,7 @@ int muse_emu_verify_attention(const MuseEmuCall* call, char* error, int error_le
   plan.merge_warps = c.merge_warps;
   plan.merge_by_lane = c.merge_by_lane != 0;
   plan.balance_segments = c.balance_segments != 0;
-  const gpuError_t split = plan.balance_segments
-                               ? launch_split_balanced(p, plan.split_kernel, nullptr)
-                               : launch_split_for(p, plan.split_kernel, nullptr);
-  if (split != gpuSuccess ||
-      launch_merge(p, plan, nullptr) != gpuSuccess) {
+  if (launch_call(p, plan, nullptr) != gpuSuccess) {
     copy_error(error, error_len, muse_emu::last_error());
     return 1;
   }
