@@ -93,18 +93,33 @@ def test_segments_capped_and_whole_waves_past_one():
         assert (p["num_splits"], p["split_kernel"]) == (3 if s.head_dim == 64 else 1, "per_tile"), p
 
 
-def test_whole_groups_past_one_wave_by_the_pingpong_kernel():
-    """Where one segment a group is already more per-tile CTAs than a wave holds and a group's
-    keys are one segment of 16-128 tiles (SWA and full 2k at R=256), one segment a group by the
-    ping-pong kernel. Measured on an H200 (tools/split_sweep.py), per_tile at 3 splits ->
-    ping-pong at 1: SWA R=256 91.1 -> 84.5 µs, full 2k R=256 89.7 -> 83.6, full 8k R=256 272.6 ->
-    265.2. Longer groups (full 16k R=256: 256 tiles) keep the capped count."""
-    for keys, window in ((2048, None), (32768, 2048), (8192, None)):
-        p = plan(shapes(256, keys, window))
-        assert (p["num_splits"], p["split_kernel"]) == (1, "pingpong"), (keys, window, p)
-    assert plan(shapes(128, 2048)) == plan(shapes(128, 2048), num_splits=1)  # one wave: as before
+def test_whole_groups_by_the_pingpong_kernel():
+    """One segment a group by the one-pair ping-pong kernel, whose CTAs write the output (no
+    merge), where a group's keys are one segment of 16-128 tiles and one segment a group gives a
+    CTA to 2/3 of the SMs (groups of up to 64 tiles) or 31/32 of them (up to 128). Measured on an
+    H100, kernels alone (benchmarks/kernel_bench.cu, the plan's count against one split forced to
+    the ping-pong kernel): SWA R=48 (96 CTAs) 25.0 -> 22.9 µs, SWA / full 2k R=64 32.4 / 32.1 ->
+    28.4 / 28.1, full 8k R=64 (128 CTAs of 128 tiles) 102.2 -> 94.7; SWA R=32 (64 CTAs) 14.4 ->
+    21.3, so short groups stop between. A CTA alone on its SM reads ~22 GB/s there, so long groups
+    (8k) need nearly every SM busy. Longer groups (full 16k R=256: 256 tiles), an FP8 cache, D =
+    128 and an A100 keep their plans."""
+    for R, configs in ((48, ((2048, None), (32768, 2048))),
+                       (64, ((2048, None), (32768, 2048), (8192, None))),
+                       (256, ((2048, None), (32768, 2048), (8192, None)))):
+        for keys, window in configs:
+            p = plan(shapes(R, keys, window))
+            assert (p["num_splits"], p["split_kernel"]) == (1, "pingpong"), (R, keys, window, p)
+            assert p == plan(shapes(R, keys, window), num_splits=1)
+    for keys, window in ((2048, None), (32768, 2048)):
+        p = plan(shapes(32, keys, window))
+        assert p["num_splits"] > 1, p
+    assert plan(shapes(44, 2048))["num_splits"] == 1  # 88 CTAs: 2/3 of 132 SMs
+    assert plan(shapes(43, 2048))["num_splits"] > 1
+    assert plan(shapes(48, 8192))["num_splits"] > 1  # 96 CTAs of 128 tiles
+    assert plan(shapes(64, 2048), dict(H200, multiprocessors=200))["num_splits"] > 1
     p = plan(shapes(256, 16384))
     assert p["num_splits"] > 1 and p["split_kernel"] == "per_tile", p
+    assert plan(shapes(64, 2048, kv_dtype="float8_e4m3fn"))["num_splits"] > 1
     a100 = dict(H200, compute_major=8, merge_can_wait=False, has_two_pairs=False)
     assert plan(shapes(256, 2048), a100)["split_kernel"] == "per_tile"
     # a pinned count keeps its own kernel choice

@@ -234,15 +234,17 @@ inline bool pingpong_capable(const CallShape& s, const Device& d) {
   return d.vendor == Vendor::kNvidia && s.head_dim == 64 && d.compute_major == 9 && !s.drafts;
 }
 
-// Whole groups past one wave: a wave of per-tile CTAs holds less than one segment a group, and a
-// group's keys make one segment the ping-pong kernel takes (pingpong_min_segment_tiles to
-// max_segment_tiles). One segment a group then, by the ping-pong kernel: no merge to wait for,
-// and its two teams a CTA overlap one's math with the other's loads.
+// Whole groups: a group's keys make one segment the ping-pong kernel takes (from
+// pingpong_min_segment_tiles tiles) and one segment a group gives a share of the SMs a CTA that
+// groups that long need (tuning.h whole_groups). One segment a group then, by the one-pair
+// ping-pong kernel, whose CTAs write the output (kernels.h split_writes_output): no partials, no
+// merge, and its two teams a CTA overlap one's math with the other's loads.
 inline bool pingpong_whole_groups(const CallShape& s, const Device& d, const Tuning& t) {
-  const int64_t tiles = s.max_tiles();
-  return pingpong_capable(s, d) && !s.kv_fp8 &&
-         s.groups() * s.row_blocks() > int64_t{t.ctas_per_sm_d64} * d.multiprocessors &&
-         tiles >= t.pingpong_min_segment_tiles && tiles <= t.max_segment_tiles;
+  const int64_t tiles = s.max_tiles(), ctas = s.groups() * s.row_blocks();
+  if (!pingpong_capable(s, d) || s.kv_fp8 || tiles < t.pingpong_min_segment_tiles) return false;
+  for (const Tuning::WholeGroups& w : t.whole_groups)
+    if (tiles <= w.max_tiles) return int64_t{w.sm_den} * ctas >= int64_t{w.sm_num} * d.multiprocessors;
+  return false;
 }
 
 // The plan at a given split count; o may force parts of it.
@@ -287,10 +289,11 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     forced = static_cast<int>(SplitKernel::kPerTile);  // the drafts target's other variant
   // An FP8 cache's tiles cost more math than bytes (their dequantization): its ping-pong kernels,
   // which run one team's math under the other's, take long segments at any CTA count.
+  const bool whole_groups = num_splits == 1 && pingpong_whole_groups(s, d, t);
   const bool pingpong = forced >= 0 ? forced_pingpong()
                                     : (pingpong_capable(s, d) && (few_ctas || s.kv_fp8) &&
                                        tiles >= t.pingpong_min_segment_tiles) ||
-                                          (num_splits == 1 && pingpong_whole_groups(s, d, t));
+                                          whole_groups;
 
   p.merge_warps = o.merge_warps > 0
                       ? o.merge_warps
@@ -306,7 +309,8 @@ inline Plan plan_at(const CallShape& s, const Device& d, const Tuning& t, int nu
     p.split_kernel = static_cast<SplitKernel>(forced);
   } else if (pingpong) {
     const int64_t two_pair_ctas = (num_splits + 1) / 2 * s.groups() * s.row_blocks();
-    p.split_kernel = d.has_two_pairs && tiles >= t.two_pairs_min_segment_tiles && two_pair_ctas <= sms
+    p.split_kernel = !whole_groups && d.has_two_pairs && tiles >= t.two_pairs_min_segment_tiles &&
+                             two_pair_ctas <= sms
                          ? SplitKernel::kPingpongTwoPairs
                          : SplitKernel::kPingpong;
   } else if (sm90 && s.head_dim == 64 && !s.kv_fp8 && sms > 0 && tiles <= 2 &&

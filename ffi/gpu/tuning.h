@@ -24,6 +24,12 @@ struct Tuning {
   // Split kernel.
   int pingpong_min_segment_tiles;  // the ping-pong kernel from segments this long (2 CTAs an SM)
   int two_pairs_min_segment_tiles;  // ... as two pairs a CTA from segments this long (one wave)
+  // One segment a group (no merge) where its CTAs are >= sm_num / sm_den of the SMs, for groups
+  // of up to max_tiles tiles (rows by max_tiles): a CTA an SM reads slower than two, which short
+  // groups' start and merge costs outweigh at a lower share than long groups'.
+  struct WholeGroups {
+    int max_tiles, sm_num, sm_den;
+  } whole_groups[2];
   int two_tile_max_ctas_per_sm_x2;  // two-tile steps where split CTAs <= this/2 an SM
   int two_tile_max_ctas_per_sm_pdl;  // ... or this many an SM beside a dependent merge
   int fill_ring_max_ctas_per_sm;   // fill ring only where split + dependent merge CTAs fit this many
@@ -55,6 +61,7 @@ inline constexpr Tuning kTuning = {
     /*cpu_splits=*/8,
     /*pingpong_min_segment_tiles=*/16,
     /*two_pairs_min_segment_tiles=*/32,
+    /*whole_groups=*/{{/*max_tiles=*/64, 2, 3}, {/*max_tiles=*/128, 31, 32}},
     /*two_tile_max_ctas_per_sm_x2=*/3,
     /*two_tile_max_ctas_per_sm_pdl=*/2,
     /*fill_ring_max_ctas_per_sm=*/3,
