@@ -263,7 +263,7 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
     CHECK(plan.balance_segments ? gpu::launch_split_balanced(p, plan.split_kernel, st)
                                 : gpu::launch_split(p, plan.split_kernel, st));
   };
-  // At one split by the ping-pong kernels the split kernel writes the output (no merge), as in
+  // At one split by the one-pair ping-pong kernel the split kernel writes the output (no merge), as in
   // the handler; MUSE_KB_MERGE=1 keeps the partials and the merge there (the two compared).
   p.split_writes_output = gpu::split_writes_output(plan, p) && !opt.merge;
   auto merge = [&] {

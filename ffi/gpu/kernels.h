@@ -11,6 +11,7 @@
 #include "gpu/launch_plan.h"
 #include "gpu/vendor.h"
 #include "muse_attn/fast_div.h"
+#include "muse_attn/fp8.h"
 
 namespace muse_attn::gpu {
 
@@ -141,13 +142,14 @@ gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t str
 // Whether the split kernel writes the output itself and no merge runs: one segment a group (its
 // state, normalised, is the row), a chain without lse (the drafts target's merge writes rows past
 // a count and the lse), the group's own cut, by a kernel that has the epilogue: on NVIDIA the
-// one-pair ping-pong kernel (the two-pair one would spill at its 128 registers), on AMD per_tile
-// and per_tile_cached (where its plan takes one split).
+// one-pair ping-pong kernel of a bf16 cache (the two-pair one would spill at its 128 registers;
+// an FP8 cache's is unmeasured that way), on AMD per_tile and per_tile_cached (where its plan
+// takes one split).
 inline bool split_writes_output(const Plan& plan, const VerifyParams& p) {
   const SplitKernel k = plan.split_kernel;
   const bool has_it = kVendor == Vendor::kAmd
                           ? k == SplitKernel::kPerTile || k == SplitKernel::kPerTileCached
-                          : k == SplitKernel::kPingpong;
+                          : k == SplitKernel::kPingpong && p.kv_format == static_cast<int>(KvFormat::kBf16);
   return has_it && plan.num_splits == 1 && !plan.balance_segments && p.draft_kind == 0 &&
          p.lse == nullptr;
 }

@@ -1,9 +1,8 @@
 // The GPU handler of verify attention ("CUDA" or "ROCM", one source): checks the static shapes
 // and the launch plan it was handed (decided at trace time, launch_plan.h), fills VerifyParams and
 // launches the split kernel then (unless the split kernel writes the output) the merge on XLA's
-// stream. Command-buffer compatible: no host
-// synchronization, no allocation (the partials are results of the call, sized at trace time),
-// launch geometry from static shapes only.
+// stream. Command-buffer compatible: no host synchronization, no allocation (the partials are
+// results of the call, sized at trace time), launch geometry from static shapes only.
 #include <cstdint>
 #include <string>
 
