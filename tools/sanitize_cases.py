@@ -146,8 +146,9 @@ ok &= case(4, [0, 5, 1300, 4000], 256, window=2048, num_reqs=3, bad_ids=True, fp
            launch="split_kernel=pingpong", num_splits=2)
 ok &= case(3, [2100, 99999, 700], 160, bad_ids=True, fp8=("float8_e4m3fnuz", "tensor"),
            launch="split_kernel=pingpong_two_pairs", num_splits=3)
-# One split by the one-pair ping-pong kernel: the split kernel writes the output (no merge), zero
-# rows for padding, empty requests and rows with no key.
+# One split by the one-pair ping-pong kernel: over a bf16 cache the split kernel writes the output
+# (no merge; zero rows for padding, empty requests and rows with no key), over an FP8 one the
+# partials and the merge.
 ok &= case(5, [4000, 0, 5, 99999, 900], 256, window=300, num_reqs=4, bad_ids=True,
            launch="split_kernel=pingpong", num_splits=1)
 ok &= case(4, [0, 5, 1300, 4000], 256, num_reqs=3, fp8=("float8_e4m3fn", "tensor"), launch="split_kernel=pingpong",
