@@ -270,14 +270,12 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
     if (!p.split_writes_output) CHECK(gpu::launch_merge(p, plan, st));
   };
   auto both = [&] { split(); merge(); };
-  char what[160];
-  if (p.split_writes_output)
-    std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s no merge", window ? "swa" : "full", L,
-                  R, splits, gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)]);
-  else
-    std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s merge %dw%s%s", window ? "swa" : "full",
-                  L, R, splits, gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)], plan.merge_warps,
-                  plan.merge_pdl ? " pdl" : "", plan.merge_by_lane ? " by-lane" : "");
+  char merge_form[48] = "no merge", what[160];
+  if (!p.split_writes_output)
+    std::snprintf(merge_form, sizeof merge_form, "merge %dw%s%s", plan.merge_warps, plan.merge_pdl ? " pdl" : "",
+                  plan.merge_by_lane ? " by-lane" : "");
+  std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s %s", window ? "swa" : "full", L, R, splits,
+                gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)], merge_form);
 
   // One call, its output against kb_check.h on a sample of requests, the output poisoned first.
   auto check_once = [&](const char* when) {
