@@ -450,7 +450,7 @@ __device__ __forceinline__ void write_output_rows(const VerifyParams& p, const W
     dst[rr] = p.out + ql.row_offset(c.req, c.kvh, row_ok[rr] ? row : 0);
     const float l = WarpAttention<D>::row_sum(st[rr].l);
     seen[rr] = l > 0.0f;  // else zeros, whatever o holds (a NaN another row's key brought in)
-    inv[rr] = safe_inverse(l);
+    inv[rr] = seen[rr] ? 1.0f / l : 0.0f;
   }
   auto pair = [&](int rr, float a, float b) {
     return seen[rr] ? pack_bf16x2(a * inv[rr], b * inv[rr]) : 0u;
@@ -469,7 +469,7 @@ template <int D, int kThreadsHere>
 __device__ __forceinline__ void write_zero_rows(const VerifyParams& p, const SplitCta& c, int tid) {
   const QueryLayout ql{p.tokens, p.num_q_heads, p.qpk, D};
   constexpr int kPerRow = D / 8;  // 16-byte stores a row
-  const int rows = p.rows - c.block_row0 < kMaxRows ? p.rows - c.block_row0 : kMaxRows;
+  const int rows = min_i(p.rows - c.block_row0, kMaxRows);
   for (int i = tid; i < rows * kPerRow; i += kThreadsHere) {
     const int row = c.block_row0 + i / kPerRow;
     *reinterpret_cast<uint4*>(p.out + ql.row_offset(c.req, c.kvh, row) + 8 * (i % kPerRow)) =
