@@ -208,7 +208,7 @@ def parse_config(name):
 
 # The serving-scale grid (--grid serving): a TP8 rank verifies 32-256 requests a step; at 32k and
 # 128k as many as the GPU holds comfortably; ragged batches of lengths in 1k-128k.
-SERVING_R = (32, 64, 128, 256)
+SERVING_R = (32, 48, 64, 128, 256)
 SERVING_NAMES = (
     [f"swa32k-r{r}" for r in SERVING_R] + [f"full2k-r{r}" for r in SERVING_R]
     + [f"full8k-r{r}" for r in SERVING_R] + [f"full32k-r{r}" for r in (32, 64, 128)]

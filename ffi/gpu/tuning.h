@@ -61,7 +61,7 @@ inline constexpr Tuning kTuning = {
     /*cpu_splits=*/8,
     /*pingpong_min_segment_tiles=*/16,
     /*two_pairs_min_segment_tiles=*/32,
-    /*whole_groups=*/{{/*max_tiles=*/64, 2, 3}, {/*max_tiles=*/128, 31, 32}},
+    /*whole_groups=*/{{/*max_tiles=*/64, 2, 3}, {/*max_tiles=*/128, 8, 11}},
     /*two_tile_max_ctas_per_sm_x2=*/3,
     /*two_tile_max_ctas_per_sm_pdl=*/2,
     /*fill_ring_max_ctas_per_sm=*/3,
