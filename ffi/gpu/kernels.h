@@ -141,13 +141,17 @@ gpuError_t launch_split_balanced(const VerifyParams& p, SplitKernel kernel, gpuS
 gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t stream);
 // Whether the split kernel writes the output itself and no merge runs: one segment a group (its
 // state, normalised, is the row), a chain without lse (the drafts target's merge writes rows past
-// a count and the lse), the group's own cut, by the one kernel with that epilogue: NVIDIA's
-// one-pair ping-pong kernel over a bf16 cache (the two-pair one would spill at its 128
-// registers; the FP8 one's form is unmeasured).
+// a count and the lse), the group's own cut, by a kernel that has the epilogue: on NVIDIA the
+// one-pair ping-pong kernel of a bf16 cache (the two-pair one would spill at its 128 registers;
+// an FP8 cache's is unmeasured that way), on AMD per_tile and per_tile_cached (where its plan
+// takes one split).
 inline bool split_writes_output(const Plan& plan, const VerifyParams& p) {
-  return kVendor == Vendor::kNvidia && plan.split_kernel == SplitKernel::kPingpong &&
-         p.kv_format == static_cast<int>(KvFormat::kBf16) && plan.num_splits == 1 &&
-         !plan.balance_segments && p.draft_kind == 0 && p.lse == nullptr;
+  const SplitKernel k = plan.split_kernel;
+  const bool has_it = kVendor == Vendor::kAmd
+                          ? k == SplitKernel::kPerTile || k == SplitKernel::kPerTileCached
+                          : k == SplitKernel::kPingpong && p.kv_format == static_cast<int>(KvFormat::kBf16);
+  return has_it && plan.num_splits == 1 && !plan.balance_segments && p.draft_kind == 0 &&
+         p.lse == nullptr;
 }
 // The plan's launches: its split kernel (the balanced cut's, or the call's own), then the merge
 // unless the split kernel writes the output.

@@ -432,7 +432,6 @@ __device__ __forceinline__ void write_partials(const VerifyParams& p, const Warp
   }
 }
 
-#if defined(MUSE_ATTN_CUDA)
 // The output rows of the warp's state where the group's keys are one segment (kernels.h
 // split_writes_output): o / l as bf16, as the merge writes them (a row that saw no key: zeros).
 template <int D, int R>
@@ -455,12 +454,18 @@ __device__ __forceinline__ void write_output_rows(const VerifyParams& p, const W
   auto pair = [&](int rr, float a, float b) {
     return seen[rr] ? pack_bf16x2(a * inv[rr], b * inv[rr]) : 0u;
   };
+#if defined(MUSE_ATTN_CUDA)
   w.for_each_out_block([&](int rr, int d, const float (&x)[8]) {
     if (!row_ok[rr]) return;
 #pragma unroll
     for (int j = 0; j < 4; ++j)  // the pair of columns d + 8j
       *reinterpret_cast<uint32_t*>(dst[rr] + d + 8 * j) = pair(rr, x[2 * j], x[2 * j + 1]);
   });
+#else
+  w.for_each_out2([&](int rr, int d, float a, float b) {
+    if (row_ok[rr]) *reinterpret_cast<uint32_t*>(dst[rr] + d) = pair(rr, a, b);
+  });
+#endif
 }
 
 // The CTA's output rows as zeros (split_writes_output, a group with no key to read), by
@@ -476,7 +481,6 @@ __device__ __forceinline__ void write_zero_rows(const VerifyParams& p, const Spl
         make_uint4(0u, 0u, 0u, 0u);
   }
 }
-#endif
 
 // NVIDIA D = 64: 3 CTAs an SM (the stages' shared memory allows 3), so at most 168 registers.
 // (HIP reads the second bound as waves an execution unit: left at 1 there.)
@@ -546,15 +550,29 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage
   constexpr bool kStagedFp8 = kFp8 && kFp8Staged;
 
+  // The output instead of the partial at one split (kernels.h split_writes_output): AMD's per_tile
+  // chain kernels of the group's own cut (NVIDIA's plan takes one split by the ping-pong kernel).
+  constexpr bool kMayWriteOutput =
+      kVendor == Vendor::kAmd && !kCounted && !kBalanced && !kTwoTile && !kFillRing;
+
   MUSE_ATTN_MARK(TimelineMark::kStart);
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
   const SplitCta c = split_cta<1, kBalanced>(p, kCounted, smem);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
-  if (c.req >= real) return;  // padding: nothing read, the merge writes zero rows
+  if (c.req >= real) {  // padding: nothing read, zero rows (by the merge, or here)
+    if (kMayWriteOutput && p.split_writes_output) write_zero_rows<D, kThreads>(p, c, threadIdx.x);
+    return;
+  }
   // Drafts: the request's count (its rows past it are not read; no keys without one), loaded
   // beside seq_lens, not before it. Both in flight while Q's copies are issued.
   const int count = kCounted ? clamp_draft_count(p.draft_lens[c.req], p.tokens) : p.tokens;
+#if defined(MUSE_ATTN_HIP)
+  // A scalar load, as an input's (amd_ops.h): with the output stores beside it the compiler no
+  // longer proves it one, and a vector load waits before Q's loads are issued.
+  const int seq_len_found = amd::load_invariant(p.seq_lens + c.req);
+#else
   const int seq_len_found = p.seq_lens[c.req];
+#endif
   const int raw_len = keyed_length(seq_len_found, count, kCounted);
   const int tid = threadIdx.x;
   const int warp = tid / kWarpSize;
@@ -577,6 +595,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   segment_tiles(g, c.seg, &t0, &t1);
   if (t0 >= t1) {  // a segment past num_segments: no work (Q's copies land before the CTA ends)
     copy_wait<0>();
+    if (kMayWriteOutput && p.split_writes_output) write_zero_rows<D, kThreads>(p, c, tid);
     return;
   }
   using Source = KvSource<D, kFp8 ? 1 : 2>;
@@ -823,7 +842,10 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   copy_wait<0>();
   MUSE_ATTN_MARK(TimelineMark::kLoopEnd);
 
-  write_partials(p, w, st, partial_slot<kBalanced>(p, c), row0);
+  if (kMayWriteOutput && p.split_writes_output)
+    write_output_rows(p, w, st, c, row0);
+  else
+    write_partials(p, w, st, partial_slot<kBalanced>(p, c), row0);
   MUSE_ATTN_MARK(TimelineMark::kEnd);
 }
 
