@@ -12,6 +12,7 @@
 #include "gpu/vendor.h"
 #include "muse_attn/fast_div.h"
 #include "muse_attn/fp8.h"
+#include "muse_attn/host_device.h"
 
 namespace muse_attn::gpu {
 
@@ -139,19 +140,20 @@ gpuError_t launch_split_balanced(const VerifyParams& p, SplitKernel kernel, gpuS
 // each row's lse where p.lse is set; a programmatic dependent launch of the split kernel when
 // plan.merge_pdl.
 gpuError_t launch_merge(const VerifyParams& p, const Plan& plan, gpuStream_t stream);
+// The split kernels compiled with the output epilogue, read by their bodies and by the launch
+// alike: on NVIDIA the one-pair ping-pong kernel of a bf16 cache (the two-pair one would spill at
+// its 128 registers; an FP8 cache's is unmeasured that way), on AMD per_tile and per_tile_cached
+// (where its plan takes one split).
+MUSE_HD_CONSTEXPR bool has_output_epilogue(SplitKernel k, bool fp8) {
+  return kVendor == Vendor::kAmd ? k == SplitKernel::kPerTile || k == SplitKernel::kPerTileCached
+                                 : k == SplitKernel::kPingpong && !fp8;
+}
 // Whether the split kernel writes the output itself and no merge runs: one segment a group (its
 // state, normalised, is the row), a chain without lse (the drafts target's merge writes rows past
-// a count and the lse), the group's own cut, by a kernel that has the epilogue: on NVIDIA the
-// one-pair ping-pong kernel of a bf16 cache (the two-pair one would spill at its 128 registers;
-// an FP8 cache's is unmeasured that way), on AMD per_tile and per_tile_cached (where its plan
-// takes one split).
+// a count and the lse), the group's own cut, by a kernel with the epilogue.
 inline bool split_writes_output(const Plan& plan, const VerifyParams& p) {
-  const SplitKernel k = plan.split_kernel;
-  const bool has_it = kVendor == Vendor::kAmd
-                          ? k == SplitKernel::kPerTile || k == SplitKernel::kPerTileCached
-                          : k == SplitKernel::kPingpong && p.kv_format == static_cast<int>(KvFormat::kBf16);
-  return has_it && plan.num_splits == 1 && !plan.balance_segments && p.draft_kind == 0 &&
-         p.lse == nullptr;
+  return has_output_epilogue(plan.split_kernel, p.kv_format != static_cast<int>(KvFormat::kBf16)) &&
+         plan.num_splits == 1 && !plan.balance_segments && p.draft_kind == 0 && p.lse == nullptr;
 }
 // The plan's launches: its split kernel (the balanced cut's, or the call's own), then the merge
 // unless the split kernel writes the output.

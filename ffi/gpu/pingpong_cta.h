@@ -72,9 +72,10 @@ __device__ __forceinline__ void run_pp_pair(const VerifyParams& p, char* const s
   static_assert(P >= 2, "two stages a team at least");
   constexpr int R = Warp::kRowsPerLane;
 
-  // The output instead of the partial at one split (kernels.h split_writes_output): the one-pair
-  // kernel of a bf16 cache and the group's own cut only.
-  constexpr bool kMayWriteOutput = !kPaired && !kBalanced && !kFp8;
+  // The output instead of the partial at one split (kernels.h split_writes_output): the group's own
+  // cut, by a kernel with the epilogue.
+  constexpr bool kMayWriteOutput =
+      has_output_epilogue(kPaired ? SplitKernel::kPingpongTwoPairs : SplitKernel::kPingpong, kFp8) && !kBalanced;
   MUSE_ATTN_MARK(TimelineMark::kStart);
   const int real = real_requests(p.num_reqs_static, p.num_reqs, p.num_requests);
   if (c.req >= real) {  // padding: no keys

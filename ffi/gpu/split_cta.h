@@ -550,10 +550,13 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   constexpr bool kFill = kFillRing && kStages >= 2;  // needs a prologue stage
   constexpr bool kStagedFp8 = kFp8 && kFp8Staged;
 
-  // The output instead of the partial at one split (kernels.h split_writes_output): AMD's per_tile
-  // chain kernels of the group's own cut (NVIDIA's plan takes one split by the ping-pong kernel).
-  constexpr bool kMayWriteOutput =
-      kVendor == Vendor::kAmd && !kCounted && !kBalanced && !kTwoTile && !kFillRing;
+  // The output instead of the partial at one split (kernels.h split_writes_output): the chain's
+  // kernels of the group's own cut that have the epilogue.
+  constexpr SplitKernel kKernel = kTwoTile    ? SplitKernel::kTwoTile
+                                  : kFillRing ? SplitKernel::kFillRing
+                                  : kCachedKv ? SplitKernel::kPerTileCached
+                                              : SplitKernel::kPerTile;
+  constexpr bool kMayWriteOutput = has_output_epilogue(kKernel, kFp8) && !kCounted && !kBalanced;
 
   MUSE_ATTN_MARK(TimelineMark::kStart);
   grid_launch_dependents();  // the merge may launch now; it waits for this grid's writes
