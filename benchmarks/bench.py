@@ -641,9 +641,10 @@ def torch_hash_array(shape, seed, dev, dtype=None):
     return out.view(*shape)
 
 
-def torch_reference(q, k, v, bt, cfg):
+def torch_reference(q, k, v, bt, cfg, tree_mask=None):
     """fp32 verify attention over NHD K / V caches [blocks, 16, Hkv, D] (checks the peers); an
-    FP8 cache is dequantized with KV_SCALE."""
+    FP8 cache is dequantized with KV_SCALE. tree_mask (numpy uint32 [R, NQ], full attention):
+    draft t sees the context and the drafts of its bits."""
     import torch
 
     dev = q.device
@@ -657,6 +658,10 @@ def torch_reference(q, k, v, bt, cfg):
         qpos = L - NQ + torch.arange(NQ, device=dev)
         kpos = torch.arange(L, device=dev)
         m = kpos[None, :] <= qpos[:, None]
+        if tree_mask is not None:
+            j = (kpos - (L - NQ)).clamp(0, NQ - 1)
+            bits = torch.tensor([int(b) for b in tree_mask[r]], dtype=torch.int64, device=dev)
+            m = (kpos[None, :] < L - NQ) | (((bits[:, None] >> j[None, :]) & 1) == 1)
         if cfg.window is not None:
             m &= (qpos[:, None] - kpos[None, :]) < cfg.window
         p = torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)
@@ -667,6 +672,10 @@ def torch_reference(q, k, v, bt, cfg):
 def nhd_caches(kv):
     """Our [blocks, Hkv, 16, 2D] cache -> FlashInfer's NHD (K, V), each [blocks, 16, Hkv, D]."""
     return (kv[..., :D].permute(0, 2, 1, 3).contiguous(), kv[..., D:].permute(0, 2, 1, 3).contiguous())
+
+
+class _NotRun(Exception):
+    """A peer that does not run this call."""
 
 
 def torch_worker(args):
@@ -827,7 +836,10 @@ def torch_worker(args):
         if rec is None:
             continue
         q = k = v = out = want = None
-        if cfg.call != "chain":  # the peers run the chain; a drafts call is compared with ours
+        # A drafts call is compared with ours; XQA also runs a tree at full attention (its mask
+        # is a tree's; it places draft t at ctx + t, so a tree's window by depth is not its).
+        tree = cfg.draft_kwargs()["tree_mask"] if cfg.call == "tree" and cfg.window is None else None
+        if cfg.call != "chain" and tree is None:
             rec.update(status="ok", fa2=dict(status="n/a"), xqa=dict(status="n/a"))
             _save(args.result_file, res)
             _emit("step", f"{cfg.name} n/a (peers run the chain)")
@@ -839,7 +851,7 @@ def torch_worker(args):
             del kv
             q = torch_hash_array((NQ * cfg.R, H_Q, D), SEED_Q, dev)
             bt = torch.from_numpy(block_table_np(cfg)).to(dev)
-            want = torch_reference(q, k, v, bt, cfg)
+            want = torch_reference(q, k, v, bt, cfg, tree)
             R = cfg.R
             i32 = dict(dtype=torch.int32, device=dev)
             out = torch.empty((NQ * R, H_Q, D), dtype=torch.bfloat16, device=dev)
@@ -853,6 +865,8 @@ def torch_worker(args):
                         paged_kv_indices_buf=torch.empty(kv_indices.numel(), **i32),
                         paged_kv_last_page_len_buf=torch.empty(R, **i32))
             try:
+                if tree is not None:
+                    raise _NotRun("n/a")
                 wr = fi.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout="NHD", use_cuda_graph=True,
                                                             backend="fa2", **bufs)
                 wr.plan(qo_indptr, kv_indptr, kv_indices, last, H_Q, H_KV, D, PAGE, causal=True,
@@ -860,6 +874,8 @@ def torch_worker(args):
                         q_data_type=torch.bfloat16, kv_data_type=kv_t, uniform_q_len=NQ)
                 fa2_scales = dict(k_scale=KV_SCALE, v_scale=KV_SCALE) if cfg.fp8 else {}
                 time_peer(rec, "fa2", lambda: wr.run(q, (k, v), out=out, **fa2_scales), out, want)
+            except _NotRun:
+                rec["fa2"] = dict(status="n/a")
             except Exception as e:
                 rec["fa2"] = dict(status="ERROR", error=_error_text(e)[-2000:])
                 _log(f"[torch] {cfg.name} fa2: ERROR {rec['fa2']['error']}")
@@ -874,7 +890,9 @@ def torch_worker(args):
                     seq_lens=torch.tensor(cfg.lens, **i32).view(torch.uint32), max_seq_len=cfg.L,
                     bmm1_scale=SCALE * (KV_SCALE if cfg.fp8 else 1.0), bmm2_scale=KV_SCALE if cfg.fp8 else 1.0,
                     window_left=(cfg.window - 1) if cfg.window else -1, kv_layout="NHD", q_len_per_req=NQ,
-                    mask=_make_xqa_mtp_causal_mask(R, NQ, dev), out=out)
+                    mask=(_make_xqa_mtp_causal_mask(R, NQ, dev) if tree is None else  # uint16 pairs
+                          torch.from_numpy(tree.view(np.int32)).to(dev).view(R, NQ, 1).view(torch.uint16)),
+                    out=out)
                 time_peer(rec, "xqa", lambda: xqa_batch_decode_with_kv_cache(**xqa_args), out, want,
                           approx_relerr=XQA_APPROX_RELERR)
             rec["status"] = "ok"

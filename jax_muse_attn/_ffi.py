@@ -123,8 +123,9 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
     plan: launch_plan()'s dict. num_reqs_static: the value of num_reqs when known at trace time
     (in [0, R]; the kernels then do not read the num_reqs operand), or -1.
     draft_lens / tree_mask / draft_depths: as shapes.drafts says ("ragged": draft_lens; "tree":
-    all three, defaults filled in). A chain call without lse runs TARGET_NAME, anything else
-    DRAFTS_TARGET_NAME (unused draft operands are empty arrays)."""
+    those given, None for a default). A chain call without lse runs TARGET_NAME, anything else
+    DRAFTS_TARGET_NAME; an operand the call does not read, or a tree's default, is an empty
+    array (no kernel fills it)."""
     s = shapes
     splits = plan["num_splits"]
     drafts = s.drafts != "chain" or s.lse
@@ -147,6 +148,7 @@ def call(q3, kv_cache, block_table, seq_lens, num_reqs, *, shapes, scale: float,
             draft_lens = jnp.zeros((0,), jnp.int32)
         if tree_mask is None:
             tree_mask = jnp.zeros((0, s.tokens), jnp.uint32)
+        if draft_depths is None:
             draft_depths = jnp.zeros((0, s.tokens), jnp.int32)
         operands += (draft_lens, tree_mask, draft_depths)
         extra = dict(draft_kind=np.int32(DRAFT_KINDS[s.drafts]), return_lse=np.int32(s.lse))

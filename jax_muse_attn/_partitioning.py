@@ -37,6 +37,7 @@ import dataclasses
 import functools
 
 from jax.experimental.custom_partitioning import custom_partitioning
+from jax.interpreters.mlir import ir
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -181,13 +182,17 @@ def _check_by_indices(shapes: _validate.Shapes, present) -> None:
             refuse(f"{name} is not sharded like kv_cache's heads")
 
 
-def _rule(shapes: _validate.Shapes, *_, **__):
+def _rule(shapes: _validate.Shapes, static, mesh, value_types, result_types):
     """Shardy rule: q head = compound (KV head k, group g); only heads may be sharded. FP8
-    scales: per token [blocks, KV head, slot] like the cache, per tensor scalars."""
+    scales: per token [blocks, KV head, slot] like the cache, per tensor scalars. Draft
+    operands (those present: a tree's may be absent) are per request, [R] or [R, NQ]."""
+    del static, mesh, result_types
     g = shapes.qpk
     q = "n (k g) d" if shapes.q_rank == 3 else "n (k g d)"
     scales = {"none": "", "tensor": ", , ", "token": ", b k s, b k s"}[shapes.scale_kind]
-    drafts = {"chain": "", "ragged": ", x", "tree": ", x, x t, x t"}[shapes.drafts]
+    first_draft = 5 + (0 if shapes.scale_kind == "none" else 2)
+    drafts = "".join(", x" if ir.RankedTensorType(t).rank == 1 else ", x t"
+                     for t in value_types[first_draft:])
     lse = ", n (k g)" if shapes.lse else ""
     rule = f"{q}, b k s e, r p, l, {scales}{drafts} -> {q}{lse}"
     sizes = {"g": g} if shapes.q_rank == 3 else {"g": g, "d": shapes.head_dim}

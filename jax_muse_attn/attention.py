@@ -173,8 +173,8 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
     shapes = _validate.check_drafts(shapes, draft_lens, tree_mask, draft_depths, return_lse)
     nr = _validate.normalize_num_reqs(num_reqs, shapes.num_requests)
     nr_static = _validate.static_num_reqs(num_reqs, shapes.num_requests)  # -1: traced
-    drafts = _draft_operands(shapes, draft_lens, tree_mask, draft_depths)
     kind, platform = resolve_backend(backend)
+    drafts = _draft_operands(shapes, draft_lens, tree_mask, draft_depths, fill=kind == "reference")
     if kind == "reference":
         return _reference_jit(q, kv_cache, block_table, seq_lens, nr, k_scale, v_scale, *drafts,
                               shapes=shapes, scale=float(scale))
@@ -189,14 +189,17 @@ def verify_attention(q, kv_cache, block_table, seq_lens, *, scale, window=None, 
                     num_reqs_static=nr_static, platform=platform, overrides=_launch_overrides())
 
 
-def _draft_operands(shapes, draft_lens, tree_mask, draft_depths):
+def _draft_operands(shapes, draft_lens, tree_mask, draft_depths, fill):
     """(draft_lens, tree_mask, draft_depths) as the kernels take them: all None for a chain,
-    draft_lens alone for a ragged chain, all three for a tree (defaults filled in: NQ drafts,
-    the causal mask, depth = row)."""
+    draft_lens alone for a ragged chain; a tree's as given, or with fill (the reference) its
+    defaults filled in: NQ drafts, the causal mask, depth = row. The handlers make those
+    defaults themselves: filled in here, each would be a kernel of its own every call."""
     if shapes.drafts == "chain":
         return None, None, None
     if shapes.drafts == "ragged":
         return draft_lens, None, None
+    if not fill:
+        return draft_lens, tree_mask, draft_depths
     r, nq = shapes.num_requests, shapes.tokens
     if draft_lens is None:
         draft_lens = jnp.full((r,), nq, jnp.int32)

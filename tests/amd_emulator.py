@@ -153,9 +153,9 @@ class Emulator:
             draft_lens=None, tree_mask=None, draft_depths=None, return_lse=False):
         """out (bf16 bits as uint16, q's shape) of one call, and its lse (float32 [rows, Hq])
         with return_lse; q: bf16 (any dtype with 2-byte items); kv: bf16 likewise, or
-        float8_e4m3fn / float8_e4m3fnuz with k_scale and v_scale; draft_lens [R] (a ragged
-        chain), with tree_mask and draft_depths [R, tokens] (a tree: all three); plan: a
-        launch_plan() dict."""
+        float8_e4m3fn / float8_e4m3fnuz with k_scale and v_scale; draft_lens [R] alone (a ragged
+        chain); tree_mask and / or draft_depths [R, tokens] (a tree; draft_lens too where given,
+        the kernels' defaults for those not); plan: a launch_plan() dict."""
         q = np.ascontiguousarray(np.asarray(q)).view(np.uint16)
         kv, fmt, scale_kind, ks, vs = _kv_operands(kv, k_scale, v_scale)
         table = np.ascontiguousarray(table, np.int32)
@@ -169,10 +169,10 @@ class Emulator:
         part_o = np.full((groups, splits, grows, d), 0xFFFF, np.uint16)
         part_ml = np.full((groups, splits, grows, 2), np.nan, np.float32)
         ptr = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
-        kind = 0 if draft_lens is None else 1 if tree_mask is None else 2
-        dl = np.ascontiguousarray(draft_lens if draft_lens is not None else np.zeros(1), np.int32)
-        tm = np.ascontiguousarray(tree_mask if tree_mask is not None else np.zeros(1), np.uint32)
-        dd = np.ascontiguousarray(draft_depths if draft_depths is not None else np.zeros(1), np.int32)
+        kind = 2 if tree_mask is not None or draft_depths is not None else int(draft_lens is not None)
+        given = lambda a, dtype: None if a is None else np.ascontiguousarray(a, dtype)  # noqa: E731
+        dl, tm, dd = given(draft_lens, np.int32), given(tree_mask, np.uint32), given(draft_depths, np.int32)
+        opt = lambda a: None if a is None else ptr(a)  # noqa: E731 (null: the kernels' default)
         lse = np.full((rows, hq), np.nan, np.float32)  # NaN until written
         call = _Call(ptr(q), ptr(kv), ptr(table), ptr(seq_lens), ptr(nr), ptr(out), ptr(part_o),
                      ptr(part_ml), kv.shape[0], table.shape[1], R, tokens, hq, hkv, d,
@@ -180,7 +180,7 @@ class Emulator:
                      -1 if traced_num_reqs else int(nr[0]), scale,
                      SPLIT_KERNELS.index(plan["split_kernel"]), plan["merge_warps"],
                      int(plan["merge_by_lane"]), SCHEDULES[schedule], seed, ptr(ks), ptr(vs), fmt,
-                     scale_kind, ptr(dl), ptr(tm), ptr(dd), ptr(lse) if return_lse else None, kind,
+                     scale_kind, opt(dl), opt(tm), opt(dd), ptr(lse) if return_lse else None, kind,
                      int(plan["balance_segments"]))
         err = ctypes.create_string_buffer(2048)
         if self.lib.muse_emu_verify_attention(ctypes.byref(call), err, len(err)) != 0:

@@ -414,7 +414,33 @@ def tp_check_drafts(backend, tp=8, Hq=128, Hkv=16, window=40, R=3, q2d=False, fp
     return "ok"
 
 
+def tp_check_tree_defaults(backend, tp=8, Hq=128, Hkv=16, R=3):
+    """A tree of tree_mask alone under TP: bitwise the unsharded call; at the custom call the
+    absent draft_lens and draft_depths are empty operands (the kernels' defaults)."""
+    q, kv, bt, sl = case(R, Hq, Hkv, seed=tp + 3)
+    _, tm, _ = draft_args(R, seed=tp + 1)
+    fn = lambda q, kv, bt, sl, tm: jax_muse_attn.verify_attention(  # noqa: E731
+        q, kv, bt, sl, tree_mask=tm, scale=0.125, window=40, backend=backend)
+    args = (q, kv, bt, sl, tm)
+    specs = sharding.tp_specs("tp", q_rank=q.ndim)
+    mesh = mesh_of(tp)
+    ins = tuple(NamedSharding(mesh, s) for s in (specs.q, specs.kv_cache, specs.block_table,
+                                                 specs.seq_lens, specs.tree_mask))
+    compiled = jax.jit(fn, in_shardings=ins, out_shardings=NamedSharding(mesh, specs.out)).lower(*args).compile()
+    out = compiled(*[jax.device_put(a, s) for a, s in zip(args, ins)])
+    bitwise(out, jax.jit(fn)(*args))
+    txt = compiled.as_text()
+    no_collectives(txt)
+    if backend == "ffi":
+        got = custom_call_operand_shapes(txt)
+        want_tail = ["s32[0]", f"u32[{R},{NQ}]", f"s32[0,{NQ}]"]
+        assert got and all(g[-3:] == want_tail for g in got), f"custom-call operands {got}"
+        return f"custom call operands {got[0]}"
+    return "ok"
+
+
 for backend in ("reference", "ffi"):
+    check(f"tp8_tree_defaults_{backend}")(functools.partial(tp_check_tree_defaults, backend))
     check(f"tp8_drafts_{backend}")(functools.partial(tp_check_drafts, backend))
     check(f"tp4_drafts_q2d_full_{backend}")(functools.partial(
         tp_check_drafts, backend, tp=4, Hq=64, Hkv=8, window=None, q2d=True))

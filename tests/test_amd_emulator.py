@@ -359,6 +359,10 @@ def test_drafts_ragged_trees_and_lse(emu, schedule, window):
     mask, depth = _trees(rng, 4, c.NQ)
     check_drafts(emu, c, schedule, f"tree w{window}", draft_lens=np.array([8, 5, 8, 2], np.int32),
                  tree_mask=mask, draft_depths=depth)
+    # A tree's absent operands are null: the kernels make the defaults (NQ drafts, depth = row,
+    # the causal mask).
+    check_drafts(emu, c, schedule, f"tree mask only w{window}", tree_mask=mask)
+    check_drafts(emu, c, schedule, f"tree depths only w{window}", draft_depths=depth)
 
 
 @pytest.mark.parametrize("kind", SCALE_KINDS)

@@ -160,6 +160,23 @@ def test_tree_defaults(rng, backend):
     check(c, backend, "depths only", draft_depths=depth)
 
 
+@pytest.mark.parametrize("given", ["tree_mask", "draft_depths", "tree_mask,draft_depths"])
+def test_tree_defaults_add_no_computation(rng, given):
+    """A tree's absent operands reach the handler empty (the kernels make the defaults): filled
+    in by the wrapper, each was a broadcast of its own, a kernel on a GPU before every call."""
+    mask, depth = random_trees(rng, 2)
+    c = make_case(rng, 2, [90, 40], P=8)
+    kw = {k: jnp.asarray(v) for k, v in (("tree_mask", mask), ("draft_depths", depth))
+          if k in given.split(",")}
+    f = jax.jit(lambda q, kv, kw: jax_muse_attn.verify_attention(q, kv, c.bt, c.sl, scale=c.scale,
+                                                                backend="ffi", **kw))
+    hlo = f.lower(c.q, c.kv, kw).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "custom-call" in entry and "jax_muse_attn_verify_attention_drafts" in entry
+    for op in ("broadcast", "fusion", "iota"):
+        assert f" {op}(" not in entry, f"{given}: the call computes {op} besides the custom call"
+
+
 def test_tree_without_diagonal_and_rows_that_see_nothing(rng, backend):
     """A row's own bit is not implied; a draft with no context and no bit is a zero row."""
     mask = np.zeros((2, NQ), np.uint32)

@@ -44,7 +44,7 @@ CHECKS = [
     "error_indivisible_heads",
     "tp_specs",
     *(f"{c}_{b}" for b in ("reference", "ffi") for c in (
-        "tp8_drafts", "tp4_drafts_q2d_full", "tp8_drafts_fp8_token", "error_tree_mask_sharded",
+        "tp8_drafts", "tp8_tree_defaults", "tp4_drafts_q2d_full", "tp8_drafts_fp8_token", "error_tree_mask_sharded",
         "error_draft_depths_sharded")),
     "gspmd_tp8_drafts",
     "shard_map_tp8_drafts",

@@ -255,7 +255,8 @@ def test_torch_side_matches_jax_side():
     from jax_muse_attn import reference
 
     for cfg in (bench.parse_config("full256-r2"), bench.parse_config("swa512-w64-r2"),
-                bench.parse_config("full256-r2-fp8"), bench.parse_config("ragged40-300-w64-r3")):
+                bench.parse_config("full256-r2-fp8"), bench.parse_config("ragged40-300-w64-r3"),
+                bench.parse_config("full256-r2-tree")):
         shape = (cfg.blocks, bench.H_KV, bench.PAGE, 2 * bench.D)
         kv_j = bench.jax_hash_array(shape, bench.SEED_KV, "float8_e4m3fn" if cfg.fp8 else "bfloat16")
         q_j = bench.jax_hash_array((bench.NQ * cfg.R, bench.H_Q, bench.D), bench.SEED_Q)
@@ -265,10 +266,12 @@ def test_torch_side_matches_jax_side():
         np.testing.assert_array_equal(np.asarray(q_j.astype(jnp.float32)), q_t.float().numpy())
         bt = bench.block_table_np(cfg)
         scales = dict(k_scale=jnp.float32(bench.KV_SCALE), v_scale=jnp.float32(bench.KV_SCALE)) if cfg.fp8 else {}
+        tree = {k: jnp.asarray(a) for k, a in cfg.draft_kwargs().items()}  # XQA's tree check
         want = reference.verify_attention(q_j, kv_j, jnp.asarray(bt), jnp.asarray(cfg.lens, jnp.int32),
-                                          scale=bench.SCALE, window=cfg.window, **scales)
+                                          scale=bench.SCALE, window=cfg.window, **scales, **tree)
         k, v = bench.nhd_caches(kv_t)
-        got = bench.torch_reference(q_t, k, v, torch.from_numpy(bt), cfg).numpy()
+        got = bench.torch_reference(q_t, k, v, torch.from_numpy(bt), cfg,
+                                    cfg.draft_kwargs().get("tree_mask")).numpy()
         np.testing.assert_allclose(got, np.asarray(want.astype(jnp.float32)), atol=1e-2, rtol=2e-2)
 
 

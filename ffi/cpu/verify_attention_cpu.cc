@@ -513,7 +513,8 @@ struct Unit {
   int r, kvh, seg;
 };
 
-// The drafts target's extra operands (draft_kind kChain: none is read).
+// The drafts target's extra operands (draft_kind kChain: none is read; a tree's may be null,
+// mask.h).
 struct DraftOperands {
   const int32_t* draft_lens;  // [R]
   const uint32_t* tree_mask;  // [R, NQ]
@@ -557,7 +558,7 @@ ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::Bu
     w.count = r >= real ? 0
               : p.draft_kind == DraftKind::kChain
                   ? p.tokens
-                  : clamp_draft_count(drafts.draft_lens[r], p.tokens);
+                  : request_draft_count(drafts.draft_lens, r, p.tokens);
     const int seq_len = r < real ? keyed_length(seq_lens.typed_data()[r], w.count, true) : 0;
     w.g = request_geometry(seq_len, p.capacity(), w.count, p.window, p.num_splits);
     w.tree = nullptr;
@@ -569,12 +570,13 @@ ffi::Error run_verify_attention(ffi::ThreadPool& pool, const Problem& p, ffi::Bu
     int depths[32];
     int max_depth = 0;
     for (int t = 0; t < w.count; ++t) {
-      depths[t] = clamp_draft_depth(drafts.depths[r * p.tokens + t], p.tokens);
+      depths[t] = clamp_draft_depth(tree_row_depth(drafts.depths, int64_t{r} * p.tokens + t, t), p.tokens);
       max_depth = max_i(max_depth, depths[t]);
     }
     DraftRow* rows = tree_rows.data() + static_cast<size_t>(r) * p.tokens;
     for (int t = 0; t < p.tokens; ++t)
-      rows[t] = t < w.count ? tree_draft_row(w.g.ctx, w.count, t, drafts.tree_mask[r * p.tokens + t],
+      rows[t] = t < w.count ? tree_draft_row(w.g.ctx, w.count, t,
+                                             tree_row_bits(drafts.tree_mask, int64_t{r} * p.tokens + t, t),
                                              depths, p.window)
                             : dead_draft_row();
     w.tree = rows;
@@ -668,7 +670,9 @@ ffi::Error verify_attention_drafts_cpu(
   if (status.failure()) return status;
   return run_verify_attention(
       pool, p, q, kv_cache, block_table, seq_lens, num_reqs, k_scale, v_scale,
-      DraftOperands{draft_lens.typed_data(), tree_mask.typed_data(), draft_depths.typed_data()},
+      DraftOperands{p.draft_lens_given ? draft_lens.typed_data() : nullptr,
+                    p.tree_mask_given ? tree_mask.typed_data() : nullptr,
+                    p.draft_depths_given ? draft_depths.typed_data() : nullptr},
       out->typed_data(), p.return_lse ? lse->typed_data() : nullptr, part_o->typed_data(),
       part_ml->typed_data());
 }

@@ -287,7 +287,7 @@ __device__ __forceinline__ void run_merge(const VerifyParams& p) {
   int count = p.tokens;
   if constexpr (kDrafts) {
     if (req < real && p.draft_kind != static_cast<int>(DraftKind::kChain))
-      count = clamp_draft_count(p.draft_lens[req], p.tokens);
+      count = request_draft_count(p.draft_lens, req, p.tokens);
   }
   const int seq_len_found = req < real ? p.seq_lens[req] : 0;
   const int raw_len = keyed_length(seq_len_found, count, kDrafts);

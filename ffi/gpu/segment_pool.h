@@ -35,7 +35,7 @@ __device__ __forceinline__ PoolArgs pool_args(const VerifyParams& p, bool counte
 // Request r's tiles as its CTAs see them: 0 for padding and for a ragged request with no drafts.
 __device__ __forceinline__ int pool_request_tiles(const PoolArgs& a, int real, int r) {
   if (r >= real) return 0;
-  const int count = a.counted ? clamp_draft_count(a.draft_lens[r], a.tokens) : a.tokens;
+  const int count = a.counted ? request_draft_count(a.draft_lens, r, a.tokens) : a.tokens;
   const int len = keyed_length(a.seq_lens[r], count, a.counted);
   return request_tiles(request_geometry(len, a.pages * kPageSize, count, a.window, 1));
 }

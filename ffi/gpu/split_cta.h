@@ -212,8 +212,8 @@ struct TreeRowFound {
     TreeRowFound r;
     if (t < p.tokens) {
       const int64_t at = int64_t{req} * p.tokens + t;
-      r.bits = p.tree_mask[at];
-      r.depth = p.draft_depths[at];
+      r.bits = tree_row_bits(p.tree_mask, at, t);
+      r.depth = tree_row_depth(p.draft_depths, at, t);
     }
     return r;
   }
@@ -221,16 +221,19 @@ struct TreeRowFound {
 
 // The request's clamped depths as tree_draft_row reads them where a depth reaches the window.
 struct DraftDepths {
-  const int32_t* row;  // draft_depths[req]
+  const int32_t* depths;  // draft_depths, or null (depth = row)
+  int64_t row;            // req * tokens
   int tokens;
-  __device__ int operator[](int j) const { return clamp_draft_depth(row[j], tokens); }
+  __device__ int operator[](int j) const {
+    return clamp_draft_depth(tree_row_depth(depths, row + j, j), tokens);
+  }
 };
 
 // Row t's DraftRow in a tree, from the row as found in memory.
 __device__ __forceinline__ DraftRow draft_row(const VerifyParams& p, int req, int ctx, int count, int t,
                                               TreeRowFound found) {
   return tree_draft_row(ctx, count, t, found.bits, clamp_draft_depth(found.depth, p.tokens),
-                        DraftDepths{p.draft_depths + int64_t{req} * p.tokens, p.tokens}, p.window);
+                        DraftDepths{p.draft_depths, int64_t{req} * p.tokens, p.tokens}, p.window);
 }
 
 #if defined(MUSE_ATTN_HIP)
@@ -568,7 +571,7 @@ __device__ __forceinline__ void run_split_cta(const VerifyParams& p) {
   }
   // Drafts: the request's count (its rows past it are not read; no keys without one), loaded
   // beside seq_lens, not before it. Both in flight while Q's copies are issued.
-  const int count = kCounted ? clamp_draft_count(p.draft_lens[c.req], p.tokens) : p.tokens;
+  const int count = kCounted ? request_draft_count(p.draft_lens, c.req, p.tokens) : p.tokens;
 #if defined(MUSE_ATTN_HIP)
   // A scalar load, as an input's (amd_ops.h): with the output stores beside it the compiler no
   // longer proves it one, and a vector load waits before Q's loads are issued.

@@ -181,9 +181,9 @@ ffi::Error verify_attention_drafts_gpu(gpuStream_t stream,
                         lse->dimensions(), draft_kind, return_lse, &pr);
   if (status.failure()) return status;
   p.draft_kind = static_cast<int>(pr.draft_kind);
-  p.draft_lens = pr.draft_kind != DraftKind::kChain ? draft_lens.typed_data() : nullptr;
-  p.tree_mask = pr.draft_kind == DraftKind::kTree ? tree_mask.typed_data() : nullptr;
-  p.draft_depths = pr.draft_kind == DraftKind::kTree ? draft_depths.typed_data() : nullptr;
+  p.draft_lens = pr.draft_lens_given ? draft_lens.typed_data() : nullptr;
+  p.tree_mask = pr.tree_mask_given ? tree_mask.typed_data() : nullptr;
+  p.draft_depths = pr.draft_depths_given ? draft_depths.typed_data() : nullptr;
   p.lse = pr.return_lse ? lse->typed_data() : nullptr;
   return launch(p, plan, stream);
 }

@@ -47,11 +47,18 @@ MUSE_HD void whole_tiles(int ctx, int num_tokens, int window, int* lo, int* hi) 
 enum class DraftKind : int32_t {
   kChain = 0,   // every request verifies NQ tokens in a chain; no draft operand is read
   kRagged = 1,  // a chain of draft_lens[r] tokens; draft_lens is read
-  kTree = 2,    // draft_lens, tree_mask and draft_depths are read
+  kTree = 2,    // draft_lens, tree_mask and draft_depths are read where given (else defaults)
 };
 
 // The draft count of a request: draft_lens[r] clamped to [0, tokens].
 MUSE_HD int clamp_draft_count(int raw, int tokens) { return raw < 0 ? 0 : raw > tokens ? tokens : raw; }
+
+// A tree's operands may be absent (null: an empty operand in the call). Their defaults are made
+// where they are read: filled in by the caller, each would cost a kernel of its own a call.
+// draft_lens[r] clamped, or every token.
+MUSE_HD int request_draft_count(const int32_t* draft_lens, int r, int tokens) {
+  return draft_lens != nullptr ? clamp_draft_count(draft_lens[r], tokens) : tokens;
+}
 
 // The length a request's CTAs work over: none for a request whose draft count (counted) is 0, as
 // it verifies nothing and reads no keys.
@@ -66,6 +73,15 @@ MUSE_HD int clamp_draft_depth(int raw, int tokens) {
 
 // Bits [0, n) of a mask word (n in [0, 32]).
 MUSE_HD uint32_t low_bits(int n) { return n >= 32 ? ~0u : n <= 0 ? 0u : (1u << n) - 1u; }
+
+// Row t of request r as found: tree_mask[r, t], or the causal row (bits j <= t); draft_depths[r,
+// t] unclamped, or t. at = r * tokens + t.
+MUSE_HD uint32_t tree_row_bits(const uint32_t* tree_mask, int64_t at, int t) {
+  return tree_mask != nullptr ? tree_mask[at] : low_bits(t + 1);
+}
+MUSE_HD int tree_row_depth(const int32_t* draft_depths, int64_t at, int t) {
+  return draft_depths != nullptr ? draft_depths[at] : t;
+}
 
 // What one draft row sees, computed once a row; draft_key_is_visible() then tests a key.
 struct DraftRow {

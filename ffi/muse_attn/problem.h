@@ -38,6 +38,9 @@ struct Problem {
   KvFormat kv_format;   // bf16 or an FP8 (muse_attn/fp8.h)
   ScaleKind scale_kind;  // FP8: the K / V scales per tensor or per (block, head, slot)
   DraftKind draft_kind;  // which draft operands are read (drafts target only)
+  // A tree's operands that are given (an empty one takes its default, mask.h); a ragged chain's
+  // draft_lens always is.
+  bool draft_lens_given, tree_mask_given, draft_depths_given;
   bool return_lse;       // the lse result is written (drafts target only)
 
   int rows() const { return tokens * qpk; }  // output rows of a group
@@ -145,8 +148,9 @@ inline ffi::Error check_kv_format(ffi::DataType kv_dtype, ffi::Span<const int64_
 }
 
 // The drafts target's extra operands against the problem: draft_lens [R] (kRagged, kTree),
-// tree_mask and draft_depths [R, NQ] (kTree), unread and of any shape otherwise; the lse result
-// [NQ*R, Hq] when return_lse, else unwritten and of any shape.
+// tree_mask and draft_depths [R, NQ] (kTree), unread and of any shape otherwise; a tree's may
+// each be empty ([0], [0, NQ]: its default). The lse result [NQ*R, Hq] when return_lse, else
+// unwritten and of any shape.
 inline ffi::Error check_drafts(ffi::Span<const int64_t> draft_lens,
                                ffi::Span<const int64_t> tree_mask,
                                ffi::Span<const int64_t> draft_depths,
@@ -160,15 +164,20 @@ inline ffi::Error check_drafts(ffi::Span<const int64_t> draft_lens,
   if (return_lse != 0 && return_lse != 1)
     return bad("return_lse must be 0 or 1, got " + std::to_string(return_lse));
   if (p->tokens > 32) return bad("tree masks hold at most 32 tokens a request");
-  if (draft_kind >= 1 && (draft_lens.size() != 1 || draft_lens[0] != p->num_requests))
-    return bad("draft_lens must be [" + std::to_string(p->num_requests) + "], got " +
-               dims_str(draft_lens));
-  if (draft_kind == 2)
+  const bool tree = draft_kind == 2;
+  auto empty = [](ffi::Span<const int64_t> d) { return d.size() >= 1 && d[0] == 0; };
+  p->draft_lens_given = draft_kind >= 1 && !(tree && empty(draft_lens));
+  p->tree_mask_given = tree && !empty(tree_mask);
+  p->draft_depths_given = tree && !empty(draft_depths);
+  if (p->draft_lens_given && (draft_lens.size() != 1 || draft_lens[0] != p->num_requests))
+    return bad("draft_lens must be [" + std::to_string(p->num_requests) + "]" +
+               (tree ? " or [0]" : "") + ", got " + dims_str(draft_lens));
+  if (tree)
     for (ffi::Span<const int64_t> d : {tree_mask, draft_depths})
-      if (d.size() != 2 || d[0] != p->num_requests || d[1] != p->tokens)
+      if (d.size() != 2 || (d[0] != p->num_requests && d[0] != 0) || d[1] != p->tokens)
         return bad("tree_mask and draft_depths must be [" + std::to_string(p->num_requests) +
-                   ", " + std::to_string(p->tokens) + "], got " + dims_str(tree_mask) + " and " +
-                   dims_str(draft_depths));
+                   " or 0, " + std::to_string(p->tokens) + "], got " + dims_str(tree_mask) +
+                   " and " + dims_str(draft_depths));
   if (return_lse == 1 && (lse.size() != 2 || lse[0] != int64_t{p->num_requests} * p->tokens ||
                           lse[1] != p->num_q_heads))
     return bad("lse must be [NQ*R, Hq] = [" + std::to_string(p->num_requests * p->tokens) +
