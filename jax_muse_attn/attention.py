@@ -193,7 +193,7 @@ def _draft_operands(shapes, draft_lens, tree_mask, draft_depths, fill):
     """(draft_lens, tree_mask, draft_depths) as the kernels take them: all None for a chain,
     draft_lens alone for a ragged chain; a tree's as given, or with fill (the reference) its
     defaults filled in: NQ drafts, the causal mask, depth = row. The handlers make those
-    defaults themselves: filled in here, each would be a kernel of its own every call."""
+    defaults themselves: filled in here, each would be an op of its own before every call."""
     if shapes.drafts == "chain":
         return None, None, None
     if shapes.drafts == "ragged":

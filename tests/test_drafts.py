@@ -163,7 +163,7 @@ def test_tree_defaults(rng, backend):
 @pytest.mark.parametrize("given", ["tree_mask", "draft_depths", "tree_mask,draft_depths"])
 def test_tree_defaults_add_no_computation(rng, given):
     """A tree's absent operands reach the handler empty (the kernels make the defaults): filled
-    in by the wrapper, each was a broadcast of its own, a kernel on a GPU before every call."""
+    in by the wrapper, each would be a broadcast of its own before every call."""
     mask, depth = random_trees(rng, 2)
     c = make_case(rng, 2, [90, 40], P=8)
     kw = {k: jnp.asarray(v) for k, v in (("tree_mask", mask), ("draft_depths", depth))

@@ -3,8 +3,10 @@
     ncu --clock-control none -k regex:'split_kernel|merge_kernel' --section SpeedOfLight \
         python tools/profile_kernels.py swa32k-r1 full32k-r4
     python tools/profile_kernels.py --splits 4,8,16 full32k-r4   # one run per split count
+    python tools/profile_kernels.py full128k-r16-fp8 full8k-r1-tree   # FP8, a drafts call
 
-Same data and config names as benchmarks/bench.py; MUSE_ATTN_LAUNCH applies as in any call. Each
+Same data, config names and calls as benchmarks/bench.py (an FP8 cache with its per-tensor
+scales, a -drafts / -tree / -lse call's arguments); MUSE_ATTN_LAUNCH applies as in any call. Each
 run is checked against the jnp reference; prints the wall time of each run (not a benchmark: use
 the benchmark).
 """
@@ -36,11 +38,14 @@ def main():
     for name in a.configs:
         c = bench.parse_config(name)
         q, kv, bt, sl = bench.jax_inputs(c)
-        ref = np.asarray(reference.verify_attention(q, kv, bt, sl, scale=bench.SCALE, window=c.window),
-                         np.float32)
+        kw = dict(k_scale=np.float32(bench.KV_SCALE), v_scale=np.float32(bench.KV_SCALE)) if c.fp8 else {}
+        kw.update(c.draft_kwargs())
+        first = (lambda r: r[0]) if c.call == "lse" else (lambda r: r)  # noqa: E731
+        ref = np.asarray(first(reference.verify_attention(q, kv, bt, sl, scale=bench.SCALE, window=c.window,
+                                                          **kw)), np.float32)
         for splits in [int(s) for s in a.splits.split(",") if s] or [None]:
-            f = jax.jit(lambda q, kv, bt, sl, s=splits: jax_muse_attn.verify_attention(
-                q, kv, bt, sl, scale=bench.SCALE, window=c.window, backend="ffi", num_splits=s))
+            f = jax.jit(lambda q, kv, bt, sl, s=splits: first(jax_muse_attn.verify_attention(
+                q, kv, bt, sl, scale=bench.SCALE, window=c.window, backend="ffi", num_splits=s, **kw)))
             for i in range(a.runs):
                 t0 = time.perf_counter()
                 out = jax.block_until_ready(f(q, kv, bt, sl))

@@ -54,7 +54,7 @@ enum class DraftKind : int32_t {
 MUSE_HD int clamp_draft_count(int raw, int tokens) { return raw < 0 ? 0 : raw > tokens ? tokens : raw; }
 
 // A tree's operands may be absent (null: an empty operand in the call). Their defaults are made
-// where they are read: filled in by the caller, each would cost a kernel of its own a call.
+// where they are read: filled in by the caller, each would be an op of its own before the call.
 // draft_lens[r] clamped, or every token.
 MUSE_HD int request_draft_count(const int32_t* draft_lens, int r, int tokens) {
   return draft_lens != nullptr ? clamp_draft_count(draft_lens[r], tokens) : tokens;
