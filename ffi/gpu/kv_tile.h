@@ -192,6 +192,17 @@ __device__ __forceinline__ void for_each_tile_chunk(const KvSource<D>& src, cons
   const char* const base = src.head_base + (key0 * (2 * D) + chunk * 8) * 2;
   const int lo = g.key_lo - tile * kTileKeys;   // keys of the tile in [lo, hi) are in range
   const int hi = g.seq_len - tile * kTileKeys;
+  // Whether key `key` (key0 + rel) is unread (a tree's unseen draft slots). NVIDIA shifts the word
+  // by key0 once and tests a constant bit a chunk: a shift by each chunk's key compiled to a branch
+  // around every copy of a tree's tiles.
+  [[maybe_unused]] const uint64_t unread_from_key0 = unread >> key0;
+  const auto is_unread = [&]([[maybe_unused]] int key, [[maybe_unused]] int rel) {
+#if defined(MUSE_ATTN_HIP)
+    return ((unread >> key) & 1u) != 0;
+#else
+    return ((unread_from_key0 >> rel) & 1u) != 0;
+#endif
+  };
   // A tile wholly inside [key_lo, seq_len) (every tile of a segment but its ends) takes a path
   // without the two key compares a chunk; the test is the same in every thread of the CTA.
   // kInteriorPath = false keeps one path: the two-tile kernel (both paths spill under its
@@ -214,8 +225,8 @@ __device__ __forceinline__ void for_each_tile_chunk(const KvSource<D>& src, cons
 #pragma unroll
       for (int jj = 0; jj < kPassesPerPage; ++jj) {
         const int key = page * kPageSize + key0 + jj * kKeysPerPass;  // key in the tile
-        const bool present =
-            block >= 0 && (!kBounded || (key >= lo && key < hi && ((unread >> key) & 1u) == 0));
+        const bool present = block >= 0 && (!kBounded || (key >= lo && key < hi &&
+                                                           !is_unread(key, page * kPageSize + jj * kKeysPerPass)));
 #if defined(MUSE_ATTN_HIP)
         f(page * kPassesPerPage + jj, half, KvTile<D>::offset(key, col),
           src.page_bytes(block < 0 ? 0 : block, src.head_base),
