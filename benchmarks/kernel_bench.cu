@@ -19,11 +19,14 @@
 //   MUSE_KB_ONCE=1    run each config once, untimed (for compute-sanitizer)
 //   MUSE_KB_POISON=1  bad block ids in live entries, varied lengths, a padding request, and
 //                     num_reqs read from device memory (as a traced num_reqs)
+//   MUSE_KB_FP8=1     a float8_e4m3fn cache with per-tensor scales 1 (the benchmark's FP8 form):
+//                     the plan and kernels of an FP8 call; the check reads its values as bf16
 // Built with benchmarks/timeline_marks.h (its header says how), each config also prints a
 // timeline of one hot call: where a CTA's time goes, how its starts and the SMs' ends spread.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,7 +55,7 @@ namespace gpu = muse_attn::gpu;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 struct Options {
-  bool once = false, poison = false, check = false, cold = false, merge = false;
+  bool once = false, poison = false, check = false, cold = false, merge = false, fp8 = false;
 };
 
 bool g_check_failed = false;
@@ -202,7 +205,8 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   const int pages = (L + kPage - 1) / kPage;
   const int64_t blocks = int64_t{R} * pages;
   const int rows = kNq * (kHq / kHkv);
-  const gpu::CallShape shape{kD, kNq, kHq, kHkv, R, pages, window};
+  gpu::CallShape shape{kD, kNq, kHq, kHkv, R, pages, window};
+  shape.kv_fp8 = opt.fp8;
   gpu::Plan plan;
   if (std::string err = gpu::plan_launch(shape, device, splits, overrides, &plan); !err.empty()) {
     std::fprintf(stderr, "kernel_bench: L=%d R=%d window=%d splits=%d: %s\n", L, R, window, splits, err.c_str());
@@ -212,15 +216,25 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
 
   const size_t kv_elems = blocks * kHkv * kPage * 2 * kD;
   std::vector<uint16_t> h_kv(kv_elems), h_q(size_t{kNq} * R * kHq * kD);
+  std::vector<uint8_t> h_kv8(opt.fp8 ? kv_elems : 0);
   std::mt19937 rng(1);
   for (auto& v : h_kv) v = 0x3c00 + (rng() & 0x3ff) - 0x200;  // bf16 around 0.0078
   for (auto& v : h_q) v = 0x3f00 + (rng() & 0x7f);
+  auto bf16_of = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t(u >> 16); };
   if (opt.check) {  // signed values of both magnitudes, so that a wrong key or row shows
-    auto bf16_of = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t(u >> 16); };
     std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
     for (auto& v : h_kv) v = bf16_of(uni(rng));
     for (auto& v : h_q) v = bf16_of(uni(rng));
   }
+  if (opt.fp8) {  // e4m3fn bytes of exponent field 4-8 (2^-3 up to 3.75), either sign; h_kv their
+                  // values, exact in bf16 (the check's cache: the scales are 1)
+    for (size_t i = 0; i < kv_elems; ++i) {
+      const uint32_t r = rng(), e = 4 + r % 5, m = (r >> 8) & 7, sign = (r >> 12) & 1;
+      h_kv8[i] = uint8_t(sign << 7 | e << 3 | m);
+      h_kv[i] = bf16_of((sign ? -1.0f : 1.0f) * std::ldexp(1.0f + m / 8.0f, int(e) - 7));
+    }
+  }
+  const size_t kv_bytes = kv_elems * (opt.fp8 ? 1 : 2);
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng);
@@ -233,11 +247,13 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   }
   // num_reqs static (R), as verify_attention with num_reqs=None; poisoned runs read it.
   gpu::VerifyParams p = gpu::sized_params(R, kNq, kHq, kHkv, kD, pages, window, splits, opt.poison ? -1 : R);
-  uint16_t *kv, *q, *out, *po;
+  void* kv;
+  uint16_t *q, *out, *po;
   int32_t *bt, *sl, *nr;
-  float* pml;
+  float *pml, *scales;
   const size_t states = static_cast<size_t>(R) * kHkv * splits * rows;
-  CHECK(cudaMalloc(&kv, kv_elems * 2));
+  CHECK(cudaMalloc(&kv, kv_bytes));
+  CHECK(cudaMalloc(&scales, 2 * sizeof(float)));
   CHECK(cudaMalloc(&q, h_q.size() * 2));
   CHECK(cudaMalloc(&out, h_q.size() * 2));
   CHECK(cudaMalloc(&bt, blocks * 4));
@@ -245,7 +261,10 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   CHECK(cudaMalloc(&nr, 4));
   CHECK(cudaMalloc(&po, states * kD * 2));
   CHECK(cudaMalloc(&pml, states * 2 * 4));
-  CHECK(cudaMemcpy(kv, h_kv.data(), kv_elems * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(kv, opt.fp8 ? static_cast<const void*>(h_kv8.data()) : h_kv.data(), kv_bytes,
+                   cudaMemcpyHostToDevice));
+  const float unit_scales[2] = {1.0f, 1.0f};
+  CHECK(cudaMemcpy(scales, unit_scales, sizeof unit_scales, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(q, h_q.data(), h_q.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(bt, table.data(), blocks * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(sl, lens.data(), R * 4, cudaMemcpyHostToDevice));
@@ -253,6 +272,12 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   p.q = q; p.kv = kv; p.table = bt; p.seq_lens = sl; p.num_reqs = nr; p.out = out;
   p.part_o = po; p.part_ml = pml; p.num_blocks = blocks; p.table_stride = pages;
   p.scale_log2 = 0.125f * 1.4426950408889634f;
+  if (opt.fp8) {
+    p.kv_format = static_cast<int>(muse_attn::KvFormat::kFp8E4m3fn);
+    p.scale_kind = static_cast<int>(muse_attn::ScaleKind::kTensor);
+    p.k_scale = scales;
+    p.v_scale = scales + 1;
+  }
 
   cudaStream_t st;
   CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
@@ -261,6 +286,7 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   CHECK(cudaEventCreate(&e1));
   auto split = [&] {
     CHECK(plan.balance_segments ? gpu::launch_split_balanced(p, plan.split_kernel, st)
+          : opt.fp8             ? gpu::launch_split_fp8(p, plan.split_kernel, st)
                                 : gpu::launch_split(p, plan.split_kernel, st));
   };
   // At one split by the one-pair ping-pong kernel the split kernel writes the output (no merge), as in
@@ -274,7 +300,8 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   if (!p.split_writes_output)
     std::snprintf(merge_form, sizeof merge_form, "merge %dw%s%s", plan.merge_warps, plan.merge_pdl ? " pdl" : "",
                   plan.merge_by_lane ? " by-lane" : "");
-  std::snprintf(what, sizeof what, "%-4s L=%-7d R=%-3d splits=%-4d %-18s %s", window ? "swa" : "full", L, R, splits,
+  std::snprintf(what, sizeof what, "%-4s%s L=%-7d R=%-3d splits=%-4d %-18s %s", window ? "swa" : "full",
+                opt.fp8 ? "-fp8" : "", L, R, splits,
                 gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)], merge_form);
 
   // One call, its output against kb_check.h on a sample of requests, the output poisoned first.
@@ -326,7 +353,7 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
     CHECK(cudaGraphExecDestroy(ge));
     CHECK(cudaGraphDestroy(g));
     const double keys = window ? std::min(L, window + kNq - 1) : L;
-    const double bytes = double(R) * keys * kHkv * kD * 2 * 2;  // K and V that must be read
+    const double bytes = double(R) * keys * kHkv * kD * 2 * (opt.fp8 ? 1 : 2);  // K and V that must be read
     std::printf("%s KV %8.1f MB | split %8.2f us  merge %6.2f us  both %8.2f us  graph %8.2f us/call  %7.0f GB/s\n",
                 what, bytes / 1e6, t_split, t_merge, t_both, t_graph, bytes / (t_graph * 1e-6) / 1e9);
     if (opt.cold) {
@@ -358,7 +385,7 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
     print_timeline(both, st);
 #endif
   }
-  for (void* ptr : {(void*)kv, (void*)q, (void*)out, (void*)bt, (void*)sl, (void*)nr, (void*)po, (void*)pml})
+  for (void* ptr : {kv, (void*)scales, (void*)q, (void*)out, (void*)bt, (void*)sl, (void*)nr, (void*)po, (void*)pml})
     CHECK(cudaFree(ptr));
   CHECK(cudaEventDestroy(e0));
   CHECK(cudaEventDestroy(e1));
@@ -373,6 +400,7 @@ int main(int argc, char** argv) {
   opt.check = env("MUSE_KB_CHECK");
   opt.cold = env("MUSE_KB_COLD");
   opt.merge = env("MUSE_KB_MERGE");
+  opt.fp8 = env("MUSE_KB_FP8");
   gpu::Device device;
   if (!gpu::describe_current_device(&device)) {
     std::fprintf(stderr, "kernel_bench: the CUDA runtime cannot describe device 0\n");
