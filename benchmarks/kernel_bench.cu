@@ -21,6 +21,8 @@
 //                     num_reqs read from device memory (as a traced num_reqs)
 //   MUSE_KB_FP8=1     a float8_e4m3fn cache with per-tensor scales 1 (the benchmark's FP8 form):
 //                     the plan and kernels of an FP8 call; the check reads its values as bf16
+//   MUSE_KB_L2=1      every table entry one of 512 blocks (a few MiB, resident in L2): the call's
+//                     time without the memory's bandwidth, what its instruction stream allows
 // Built with benchmarks/timeline_marks.h (its header says how), each config also prints a
 // timeline of one hot call: where a CTA's time goes, how its starts and the SMs' ends spread.
 #include <cuda_runtime.h>
@@ -55,7 +57,7 @@ namespace gpu = muse_attn::gpu;
 constexpr int kHq = 16, kHkv = 2, kD = 64, kNq = 8, kPage = 16;
 
 struct Options {
-  bool once = false, poison = false, check = false, cold = false, merge = false, fp8 = false;
+  bool once = false, poison = false, check = false, cold = false, merge = false, fp8 = false, l2 = false;
 };
 
 bool g_check_failed = false;
@@ -238,6 +240,8 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng);
+  if (opt.l2)
+    for (auto& b : table) b %= 512;
   std::vector<int32_t> lens(R, L);
   int32_t nreq = R;
   if (opt.poison) {
@@ -300,8 +304,8 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   if (!p.split_writes_output)
     std::snprintf(merge_form, sizeof merge_form, "merge %dw%s%s", plan.merge_warps, plan.merge_pdl ? " pdl" : "",
                   plan.merge_by_lane ? " by-lane" : "");
-  std::snprintf(what, sizeof what, "%-4s%s L=%-7d R=%-3d splits=%-4d %-18s %s", window ? "swa" : "full",
-                opt.fp8 ? "-fp8" : "", L, R, splits,
+  std::snprintf(what, sizeof what, "%-4s%s%s L=%-7d R=%-3d splits=%-4d %-18s %s", window ? "swa" : "full",
+                opt.fp8 ? "-fp8" : "", opt.l2 ? "-l2" : "", L, R, splits,
                 gpu::kSplitKernelNames[static_cast<int>(plan.split_kernel)], merge_form);
 
   // One call, its output against kb_check.h on a sample of requests, the output poisoned first.
@@ -401,6 +405,7 @@ int main(int argc, char** argv) {
   opt.cold = env("MUSE_KB_COLD");
   opt.merge = env("MUSE_KB_MERGE");
   opt.fp8 = env("MUSE_KB_FP8");
+  opt.l2 = env("MUSE_KB_L2");
   gpu::Device device;
   if (!gpu::describe_current_device(&device)) {
     std::fprintf(stderr, "kernel_bench: the CUDA runtime cannot describe device 0\n");
