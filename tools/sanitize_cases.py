@@ -5,7 +5,7 @@ jnp reference: run it under compute-sanitizer (memcheck, racecheck) on a GPU mac
 
 XLA's autotuner must be off under compute-sanitizer: with it on, the tool crashes inside the JAX
 process before any report (the autotuner's delay kernel times out under the tool).
-SANITIZE_QUICK=1 runs two of the cases.
+SANITIZE_QUICK=1 runs a short set, one case of each kind.
 """
 
 import os
