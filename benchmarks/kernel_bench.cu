@@ -220,12 +220,15 @@ void run(int L, int R, int window, int splits, const gpu::Device& device, const 
   std::vector<uint16_t> h_kv(kv_elems), h_q(size_t{kNq} * R * kHq * kD);
   std::vector<uint8_t> h_kv8(opt.fp8 ? kv_elems : 0);
   std::mt19937 rng(1);
-  for (auto& v : h_kv) v = 0x3c00 + (rng() & 0x3ff) - 0x200;  // bf16 around 0.0078
+  // FP8: h_kv is written below from the FP8 values, so the bf16 fills skip it.
+  if (!opt.fp8)
+    for (auto& v : h_kv) v = 0x3c00 + (rng() & 0x3ff) - 0x200;  // bf16 around 0.0078
   for (auto& v : h_q) v = 0x3f00 + (rng() & 0x7f);
   auto bf16_of = [](float f) { uint32_t u; std::memcpy(&u, &f, 4); return uint16_t(u >> 16); };
   if (opt.check) {  // signed values of both magnitudes, so that a wrong key or row shows
     std::uniform_real_distribution<float> uni(-2.0f, 2.0f);
-    for (auto& v : h_kv) v = bf16_of(uni(rng));
+    if (!opt.fp8)
+      for (auto& v : h_kv) v = bf16_of(uni(rng));
     for (auto& v : h_q) v = bf16_of(uni(rng));
   }
   if (opt.fp8) {  // e4m3fn bytes of exponent field 4-8 (2^-3 up to 3.75), either sign; h_kv their
