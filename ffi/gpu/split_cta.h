@@ -284,11 +284,33 @@ __device__ __forceinline__ DraftLaneMask<WarpAttention<D>::kRowsPerLane> draft_l
   return m;
 }
 
+// The keys of tile t that a tree row sees (mask.h draft_key_is_visible) on present pages, as a
+// word: bit k for key t * 64 + k.
+__device__ __forceinline__ uint64_t tree_tile_visible_word(int key_lo, int ctx, uint32_t draft_bits, int t,
+                                                           unsigned pages_ok) {
+  const auto below = [](int n) { return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1; };  // n >= 0
+  const int base = t * kTileKeys;
+  const int lo = min_i(max_i(key_lo - base, 0), kTileKeys), hi = min_i(max_i(ctx - base, 0), kTileKeys);
+  const uint64_t context = below(hi) & ~below(lo);  // keys [key_lo, ctx)
+  const int d = ctx - base;                         // draft j is bit d + j
+  const uint64_t drafts = d >= kTileKeys || d <= -32 ? 0u
+                          : d >= 0                  ? uint64_t{draft_bits} << d
+                                                    : uint64_t{draft_bits} >> -d;
+  uint64_t present = 0;
+#pragma unroll
+  for (int page = 0; page < kPagesPerTile; ++page)
+    present |= (pages_ok >> page) & 1u ? uint64_t{0xFFFF} << (kPageSize * page) : 0u;
+  return (context | drafts) & present;
+}
+
 // Masks a boundary tile's scores of the lane's row rr by its DraftRow (mask.h
-// draft_key_is_visible, absent pages), branch-free.
+// draft_key_is_visible, absent pages), branch-free. NVIDIA: the row's word of the tile, shifted
+// once by the lane's first key, a constant bit a score (the per-score key tests cost about twice
+// the instructions).
 template <int D, int R>
 __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
                                             int rr, int t, unsigned pages_ok, const DraftLaneMask<R>& mask) {
+#if defined(MUSE_ATTN_HIP)
 #pragma unroll
   for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i) {
     const int k = w.key_of(i), key = t * kTileKeys + k;
@@ -298,6 +320,14 @@ __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s
     const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (ctx_vis | draft_vis);
     s[i] = vis ? s[i] : neg_inf();
   }
+#else
+  const int k0 = w.key_of(0);
+  const uint64_t from_k0 =
+      tree_tile_visible_word(mask.key_lo[rr], mask.ctx(), mask.bits[rr], t, pages_ok) >> k0;
+#pragma unroll
+  for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i)
+    s[i] = ((from_k0 >> (w.key_of(i) - k0)) & 1u) != 0 ? s[i] : neg_inf();
+#endif
 }
 
 // The max to subtract for a row's running max m (scaled): 0 for an all-masked row (m = -inf),
