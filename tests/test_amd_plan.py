@@ -58,7 +58,7 @@ def test_split_ctas_per_cu_is_what_lds_and_vgprs_allow(name, D):
 
 
 def test_the_derived_counts():
-    # gfx942: 40 / 48 KiB workgroups, one fits 64 KiB; gfx950: four 40 KiB ones fit 160 KiB (112
+    # gfx942: 40 / 48 KiB workgroups, one fits 64 KiB; gfx950: four 40 KiB ones fit 160 KiB (120
     # VGPRs leave four waves a SIMD), and three 48 KiB ones at D = 128, where 168 VGPRs leave three.
     assert [(TABLE[n]["split_ctas_per_cu_d64"], TABLE[n]["split_ctas_per_cu_d128"])
             for n in ("gfx942", "gfx950")] == [(1, 1), (4, 3)]

@@ -43,8 +43,8 @@ inline constexpr AmdTarget kAmdTargets[] = {
      /*lds_bytes=*/64 * 1024,     // CDNA3: 64 KiB a CU
      /*lds_granule=*/512,         // 128 dwords (COMPUTE_PGM_RSRC2.LDS_SIZE, gfx9)
      /*vgprs_per_simd=*/512, /*vgpr_granule=*/8, /*max_waves_per_simd=*/8, /*simds_per_cu=*/4,
-     /*split_vgprs_d64=*/208,     // FP8 tree 175 VGPRs (-> 176) + 32 AGPRs
-     /*split_vgprs_d128=*/344,    // tree 256 + 82 AGPRs -> 338 -> 344
+     /*split_vgprs_d64=*/208,     // FP8 tree 173 VGPRs (-> 176) + 32 AGPRs
+     /*split_vgprs_d128=*/344,    // balanced tree 256 + 82 AGPRs -> 338 -> 344
      /*split_ctas_per_cu_d64=*/1,   // LDS: 40 KiB a workgroup, one fits 64 KiB (VGPRs: 2)
      /*split_ctas_per_cu_d128=*/1,  // LDS: 48 KiB, one fits; VGPRs: 344 leave one wave a SIMD
      /*cache_window_kv=*/true},     // as gfx950 (256 MiB of Infinity Cache both)
@@ -53,9 +53,9 @@ inline constexpr AmdTarget kAmdTargets[] = {
      /*lds_bytes=*/160 * 1024,    // CDNA4: 160 KiB a CU
      /*lds_granule=*/1280,        // 320 dwords (COMPUTE_PGM_RSRC2.LDS_SIZE, GFX950)
      /*vgprs_per_simd=*/512, /*vgpr_granule=*/8, /*max_waves_per_simd=*/8, /*simds_per_cu=*/4,
-     /*split_vgprs_d64=*/112,     // the FP8 kernels' 112, no AGPRs
+     /*split_vgprs_d64=*/120,     // the FP8 tree 116 -> 120, no AGPRs
      /*split_vgprs_d128=*/168,    // split_kernel<128> 166, the FP8 tree 163 -> 168
-     /*split_ctas_per_cu_d64=*/4,   // LDS: 40 KiB, four fit 160 KiB; VGPRs: 112 leave four waves a SIMD
+     /*split_ctas_per_cu_d64=*/4,   // LDS: 40 KiB, four fit 160 KiB; VGPRs: 120 leave four waves a SIMD
      /*split_ctas_per_cu_d128=*/3,  // VGPRs: 168 leave three waves a SIMD; LDS: 3 too
      /*cache_window_kv=*/true},
 };

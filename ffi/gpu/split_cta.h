@@ -304,30 +304,18 @@ __device__ __forceinline__ uint64_t tree_tile_visible_word(int key_lo, int ctx, 
 }
 
 // Masks a boundary tile's scores of the lane's row rr by its DraftRow (mask.h
-// draft_key_is_visible, absent pages), branch-free. NVIDIA: the row's word of the tile, shifted
-// once by the lane's first key, a constant bit a score (the per-score key tests cost about twice
-// the instructions).
+// draft_key_is_visible, absent pages), branch-free: the row's word of the tile, shifted once by
+// the lane's first key, a constant bit a score (the per-score key tests cost about twice the
+// instructions).
 template <int D, int R>
 __device__ __forceinline__ void mask_scores(const WarpAttention<D>& w, float (&s)[WarpAttention<D>::kScoresPerRow],
                                             int rr, int t, unsigned pages_ok, const DraftLaneMask<R>& mask) {
-#if defined(MUSE_ATTN_HIP)
-#pragma unroll
-  for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i) {
-    const int k = w.key_of(i), key = t * kTileKeys + k;
-    const unsigned j = static_cast<unsigned>(key - mask.ctx());
-    const bool ctx_vis = (key >= mask.key_lo[rr]) & (key < mask.ctx());
-    const bool draft_vis = (j < 32u) & (((mask.bits[rr] >> (j & 31u)) & 1u) != 0);
-    const bool vis = (((pages_ok >> (k / kPageSize)) & 1u) != 0) & (ctx_vis | draft_vis);
-    s[i] = vis ? s[i] : neg_inf();
-  }
-#else
   const int k0 = w.key_of(0);
   const uint64_t from_k0 =
       tree_tile_visible_word(mask.key_lo[rr], mask.ctx(), mask.bits[rr], t, pages_ok) >> k0;
 #pragma unroll
   for (int i = 0; i < WarpAttention<D>::kScoresPerRow; ++i)
     s[i] = ((from_k0 >> (w.key_of(i) - k0)) & 1u) != 0 ? s[i] : neg_inf();
-#endif
 }
 
 // The max to subtract for a row's running max m (scaled): 0 for an all-masked row (m = -inf),
